@@ -1,0 +1,129 @@
+"""The builder and transform contracts: one node in, one output (engine or ONNX) + log + metadata out.
+
+A builder plugin is an object registered under the entry-point group ``trt_orchestrator.builders`` with:
+
+- ``name``: the name targets use (``tensorrt-rtx``)
+- ``capabilities(version) -> BuilderCapabilities``: what that builder version can do, pure, no import of the
+  heavy library (the manifest checks and the planner call it on machines without it)
+- ``available(fingerprint) -> str | None``: None if this runner can build with it now, else the reason why not
+- ``build(request) -> BuildResult``: does the work; raises ``BuildError`` with the tool's own message
+
+A transform plugin (group ``trt_orchestrator.transforms``) turns one ONNX model into another (fp16 conversion,
+int8 Q/DQ calibration); its output is cached under its own key and shared by every cell that needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Protocol, runtime_checkable
+
+from .hardware import RunnerFingerprint
+from .manifest.model import BuilderOptions, DataSource, PrecisionSpec, Target
+
+TargetKind = Literal["compute_capability", "compute_capability_list", "hardware_compatible", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class BuilderCapabilities:
+    """What one builder version can do. ``native``: precisions set by a builder flag/calibrator.
+    ``via_transform``: precisions it builds from a converted/Q-DQ ONNX (strongly typed)."""
+
+    native: frozenset[str]
+    via_transform: frozenset[str]
+    target_kinds: frozenset[str]
+    needs_gpu: bool
+    # Human sentence on where its engines run, shown by `doctor` and in errors.
+    runs_on: str
+    # Why a native precision is missing on this version, for the error hint (precision -> sentence).
+    native_missing_reason: dict[str, str] = field(default_factory=dict)
+    supports_calibrator: bool = False  # int8 entropy calibrator (TRT <= 10.x, deprecated 10.1)
+    engine_suffix: str = ".plan"
+
+    def can(self, precision: str) -> bool:
+        return precision == "fp32" or precision in self.native or precision in self.via_transform
+
+
+@dataclass(frozen=True)
+class OptimizationProfile:
+    """One TensorRT optimization profile: input name -> (min, opt, max)."""
+
+    name: str
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    address: str
+    build_key: str
+    onnx_path: Path  # the (possibly transformed) model to build
+    profiles: tuple[OptimizationProfile, ...]
+    precision: PrecisionSpec
+    native_precision: bool  # True: set the builder's precision flag/calibrator; False: ONNX already typed
+    target: Target
+    options: BuilderOptions
+    out_dir: Path  # write the engine, log and layer info here (a temp dir the executor renames on success)
+    cache_dir: Path  # timing caches etc. live here, keyed by the builder
+    calibration: DataSource | None = None
+    log: Callable[[str], None] = print
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    engine_path: Path
+    log_path: Path
+    builder: str
+    builder_version: str  # the exact version really used (may be more precise than the target's)
+    build_seconds: float
+    layer_info_path: Path | None = None
+    metadata: dict = field(default_factory=dict)  # builder-specific facts (flags used, profile count, ...)
+
+
+@runtime_checkable
+class Builder(Protocol):
+    name: str
+
+    def capabilities(self, version: str) -> BuilderCapabilities: ...
+
+    def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None: ...
+
+    def build(self, request: BuildRequest) -> BuildResult: ...
+
+
+@dataclass(frozen=True)
+class TransformRequest:
+    kind: str  # "fp16" | "bf16" | "int8-qdq"
+    key: str
+    onnx_path: Path
+    out_path: Path  # write here (temp path; the executor renames on success)
+    precision: PrecisionSpec
+    calibration: DataSource | None
+    # input name -> shape to use when calibrating / generating data (the opt shape of the first profile)
+    input_shapes: dict[str, tuple[int, ...]]
+    input_dtypes: dict[str, str]
+    log: Callable[[str], None] = print
+
+
+@runtime_checkable
+class Transform(Protocol):
+    kind: str
+
+    def settings(self, precision: PrecisionSpec) -> dict:
+        """What of the spec changes this transform's output (goes into the key)."""
+        ...
+
+    def run(self, request: TransformRequest) -> dict:
+        """Write request.out_path; return facts for the log (e.g. nodes converted)."""
+        ...
+
+
+def target_kind(target: Target) -> str:
+    if target.device in ("cpu", "cuda") and not target.compute_capabilities:
+        return target.device
+    if target.hardware_compatibility != "none" and not target.compute_capabilities:
+        return "hardware_compatible"
+    if len(target.compute_capabilities) > 1:
+        return "compute_capability_list"
+    if target.hardware_compatibility != "none":
+        return "hardware_compatible"
+    return "compute_capability"

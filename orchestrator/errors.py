@@ -1,0 +1,157 @@
+"""The project's exceptions and their exit codes.
+
+Every error a user can cause or meet derives from :class:`OrchestratorError`; the CLI catches that root in one
+place and exits with the class's ``exit_code``. Anything else escaping is a bug and keeps its traceback.
+
+Tree::
+
+    OrchestratorError                  exit 1
+    ├── ManifestError                  exit 1   every manifest problem, all at once (a list of Problem)
+    ├── UsageError                     exit 2   the command line asks for something impossible
+    ├── PluginError                    exit 1   a plugin failed to load or broke its contract
+    ├── PlanError                      exit 1   a saved plan is unreadable, stale, or a shard id is unknown
+    ├── RunnerMismatchError            exit 1   this runner's fingerprint cannot do the shard's work
+    ├── BuildError                     exit 1   a builder or transform failed on one node
+    ├── GateError                      exit 1   a gate could not run (not: a gate that ran and failed)
+    ├── GateFailed                     exit 3   a gate ran and the engine failed it
+    ├── StoreError                     exit 1   a registry/store operation failed
+    │   ├── IntegrityError             exit 1   stored bytes do not match their digest
+    │   ├── StoreUnavailableError      exit 1   the registry cannot be reached
+    │   └── ArtifactNotFoundError      exit 1   no artifact by that address/digest
+    ├── NoCompatibleEngineError        exit 1   pull found candidates, none can run here (each with its reason)
+    └── CIError                        exit 1   a CI workflow cannot be generated as asked
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OrchestratorError(Exception):
+    """Root of every error meant for the user. ``hint`` says how to fix it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One manifest problem: where it is (file:line:col and the manifest path), what, and how to fix it."""
+
+    file: str
+    line: int | None
+    column: int | None
+    path: str
+    message: str
+    hint: str | None = None
+
+    def location(self) -> str:
+        if self.line is None:
+            return self.file
+        return f"{self.file}:{self.line}:{self.column or 1}"
+
+    def render(self) -> str:
+        where = f"{self.location()}: {self.path}: " if self.path else f"{self.location()}: "
+        text = where + self.message
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def to_json(self) -> dict:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "path": self.path,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+class ManifestError(OrchestratorError):
+    """One or more manifest problems, reported together."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = sorted(
+            problems, key=lambda p: (p.file, p.line or 0, p.column or 0, p.path, p.message)
+        )
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in manifest"
+        super().__init__(head + ":\n" + "\n".join(p.render() for p in self.problems))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(OrchestratorError):
+    exit_code = 2
+
+
+class PluginError(OrchestratorError):
+    def __init__(self, plugin: str, problem: str, *, group: str | None = None, hint: str | None = None):
+        self.plugin = plugin
+        self.group = group
+        self.problem = problem
+        where = f"plugin {plugin!r}" + (f" (entry point group {group})" if group else "")
+        super().__init__(f"{where}: {problem}", hint=hint)
+
+
+class PlanError(OrchestratorError):
+    pass
+
+
+class RunnerMismatchError(OrchestratorError):
+    pass
+
+
+class BuildError(OrchestratorError):
+    def __init__(self, message: str, *, node: str | None = None, log_tail: str | None = None,
+                 hint: str | None = None):
+        self.node = node
+        self.log_tail = log_tail
+        text = f"{node}: {message}" if node else message
+        if log_tail:
+            text += "\n--- log tail ---\n" + log_tail
+        super().__init__(text, hint=hint)
+
+
+class GateError(OrchestratorError):
+    pass
+
+
+class GateFailed(OrchestratorError):
+    exit_code = 3
+
+
+class StoreError(OrchestratorError):
+    pass
+
+
+class IntegrityError(StoreError):
+    pass
+
+
+class StoreUnavailableError(StoreError):
+    pass
+
+
+class ArtifactNotFoundError(StoreError):
+    pass
+
+
+class NoCompatibleEngineError(OrchestratorError):
+    def __init__(self, message: str, *, rejections: list[tuple[str, str]], hint: str | None = None):
+        self.rejections = rejections
+        lines = [message] + [f"  - {who}: {why}" for who, why in rejections]
+        super().__init__("\n".join(lines), hint=hint)
+
+
+class CIError(OrchestratorError):
+    pass

@@ -1,0 +1,276 @@
+"""The typed manifest: frozen dataclasses produced by ``manifest.load`` after validation.
+
+Everything downstream (resolver, keys, planner, executor, plugins) reads these types, never raw YAML.
+Paths in here are already resolved to absolute paths (relative ones are relative to the manifest file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp8")
+PrecisionVia = Literal["auto", "native", "transform"]
+CalibrationMethod = Literal["entropy", "percentile", "minmax"]
+HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
+
+
+@dataclass(frozen=True)
+class DimConstraint:
+    """A constraint on a named symbolic dim, e.g. H divisible by 32."""
+
+    dim: str
+    multiple_of: int | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class ProfileShapes:
+    """min/opt/max of one input in one named optimization profile."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    # Declared shape: ints are fixed dims, strings are symbolic (dynamic) dims named for constraints.
+    shape: tuple[int | str, ...]
+    dtype: str = "float32"
+    profiles: dict[str, ProfileShapes] = field(default_factory=dict)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(isinstance(d, str) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Image-folder preprocessing for calibration/parity data."""
+
+    resize: tuple[int, int] | None = None  # (H, W)
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    scale: float = 1.0 / 255.0
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    dtype: str = "float32"
+    color: Literal["RGB", "BGR"] = "RGB"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """npy/npz files, or an image folder with preprocessing; None path means seeded random tensors."""
+
+    path: str | None = None
+    preprocess: Preprocess | None = None
+    samples: int = 8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    min_cosine: float | None = None
+    max_rel_l2: float | None = None
+    topk: int | None = None
+    min_topk_agreement: float | None = None
+
+
+@dataclass(frozen=True)
+class ParityGate:
+    data: DataSource = field(default_factory=DataSource)
+    # Overrides of the documented per-precision defaults; per_output overrides both.
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    per_output: dict[str, Tolerance] = field(default_factory=dict)
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class BenchmarkGate:
+    warmup: int = 10
+    iterations: int = 100
+    time_budget_s: float | None = None
+    shapes: tuple[Literal["min", "opt", "max"], ...] = ("opt",)
+    max_p95_ms: float | None = None
+    min_throughput: float | None = None
+    max_regression_pct: float | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    parity: ParityGate = field(default_factory=ParityGate)
+    benchmark: BenchmarkGate = field(default_factory=BenchmarkGate)
+    # Publishing an engine whose gates did not pass (or are pending) must be allowed explicitly; recorded.
+    allow_ungated_publish: bool = False
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    name: str  # one of PRECISIONS
+    via: PrecisionVia = "auto"
+    # fp16/bf16 conversion: keep model I/O in fp32 (cast at the boundary)
+    keep_io_types: bool = True
+    # ops kept in fp32 by the conversion (numerically sensitive ones by default)
+    op_block_list: tuple[str, ...] | None = None
+    calibration_method: CalibrationMethod = "entropy"
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    path: str  # absolute
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    version: str
+    source: SourceModel
+    inputs: tuple[InputSpec, ...]
+    constraints: tuple[DimConstraint, ...]
+    precisions: tuple[PrecisionSpec, ...]
+    # profile set name -> profile names in it (each a TRT optimization profile inside one engine).
+    # Default: every profile name is its own one-profile set.
+    profile_sets: dict[str, tuple[str, ...]]
+    calibration: DataSource | None
+    gate: GateSettings
+    # classifier outputs for top-k agreement: output name -> k
+    classifier_outputs: dict[str, int] = field(default_factory=dict)
+
+    def profile_names(self) -> tuple[str, ...]:
+        names: list[str] = []
+        for spec in self.inputs:
+            for p in spec.profiles:
+                if p not in names:
+                    names.append(p)
+        return tuple(names)
+
+
+@dataclass(frozen=True)
+class RunnerLabels:
+    build: tuple[str, ...]
+    gate: tuple[str, ...]  # defaults to build labels when not given
+
+
+@dataclass(frozen=True)
+class BuilderOptions:
+    optimization_level: int | None = None  # 0-5, TRT default 3
+    tiling_level: Literal["none", "fast", "moderate", "full"] | None = None
+    workspace_mib: int | None = None
+    strongly_typed: bool | None = None  # TRT 10.x opt-in; forced on 11.x and RTX
+    version_compatible: bool = False
+    exclude_lean_runtime: bool = False
+    timing_cache: bool = True
+    # onnxruntime builder: graph optimization level
+    ort_optimization: Literal["basic", "extended", "all"] = "all"
+    extra: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+    def to_key(self) -> dict:
+        """Only what changes an engine goes into the build key."""
+        return {
+            "optimization_level": self.optimization_level,
+            "tiling_level": self.tiling_level,
+            "workspace_mib": self.workspace_mib,
+            "strongly_typed": self.strongly_typed,
+            "version_compatible": self.version_compatible,
+            "exclude_lean_runtime": self.exclude_lean_runtime,
+            "ort_optimization": self.ort_optimization,
+            "extra": dict(sorted(self.extra.items())),
+        }
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    builder: str  # plugin name: tensorrt-rtx | tensorrt | trtexec | onnxruntime | third-party
+    builder_version: str  # exact where engines demand it ("10.13.3.9", "1.7.1.116"); "1.23" for ort
+    # Exactly one of: one CC, a list of CCs (RTX AOT), a compatibility level, a device (ort: cpu/cuda).
+    compute_capabilities: tuple[str, ...] = ()  # "8.9", "12.0"
+    hardware_compatibility: HardwareCompat = "none"
+    device: Literal["gpu", "cpu", "cuda"] = "gpu"
+    runners: RunnerLabels = field(default_factory=lambda: RunnerLabels((), ()))
+    options: BuilderOptions = field(default_factory=BuilderOptions)
+    # Version-compatible engines may run on newer runtimes; that range is checked at pull time.
+
+    @property
+    def version_family(self) -> str:
+        """major.minor, e.g. 10.13 or 1.7."""
+        parts = self.builder_version.split(".")
+        return ".".join(parts[:2])
+
+    @property
+    def slug(self) -> str:
+        """The ``sm89+trt10.13`` part of a cell address."""
+        return target_slug(self)
+
+
+_BUILDER_SLUG = {"tensorrt": "trt", "trtexec": "trtexec", "tensorrt-rtx": "rtx", "onnxruntime": "ort"}
+
+
+def cc_slug(cc: str) -> str:
+    major, _, minor = cc.partition(".")
+    return f"sm{major}{minor or '0'}"
+
+
+def target_slug(t: Target) -> str:
+    if t.hardware_compatibility == "ampere_plus":
+        where = "ampere+"
+    elif t.device in ("cpu", "cuda") and not t.compute_capabilities:
+        where = t.device
+    else:
+        where = "-".join(cc_slug(c) for c in t.compute_capabilities) or "any"
+        if t.hardware_compatibility == "same_compute_capability":
+            where += "-samecc"
+    builder = _BUILDER_SLUG.get(t.builder, t.builder)
+    slug = f"{where}+{builder}{t.version_family}"
+    if t.options.version_compatible:
+        slug += "-vc"
+    return slug
+
+
+@dataclass(frozen=True)
+class MatrixRule:
+    """include/exclude rule; None fields match anything."""
+
+    model: str | None = None
+    precision: str | None = None
+    profile_set: str | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    store: str = "local"  # plugin name
+    path: str | None = None  # local store directory (absolute)
+    url: str | None = None  # oci: host[:port]/repository-prefix
+    insecure: bool = False
+
+
+@dataclass(frozen=True)
+class RunnerPool:
+    """A label set the team actually has, with what its machines are. Used to mark cells blocked."""
+
+    labels: tuple[str, ...]
+    compute_capability: str | None = None  # None: no GPU
+    gpu: str | None = None
+    tensorrt: str | None = None
+    tensorrt_rtx: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    file: str  # absolute path of the YAML file
+    project: str
+    models: tuple[Model, ...]
+    targets: tuple[Target, ...]
+    include: tuple[MatrixRule, ...]
+    exclude: tuple[MatrixRule, ...]
+    registry: RegistryConfig
+    runner_pools: tuple[RunnerPool, ...]  # empty: labels are not checked
+    salt: str = ""
