@@ -1,0 +1,72 @@
+"""The build graph's data: cells (points of the matrix) and nodes (units of work). Pure data, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .builders import OptimizationProfile
+from .manifest.model import PrecisionSpec, Target
+
+NodeKind = Literal["prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish"]
+NODE_KINDS: tuple[str, ...] = ("prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish")
+Route = Literal["none", "native", "transform"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: model x precision x profile set x target."""
+
+    address: str  # ocr-det/fp16/default@sm89+trt10.13
+    manifest: str
+    model: str
+    model_version: str
+    model_path: str
+    precision: PrecisionSpec
+    profile_set: str
+    profiles: tuple[OptimizationProfile, ...]
+    target: Target
+    route: Route  # how the precision is reached
+    build_key: str
+    key_inputs: dict = field(hash=False, compare=False)
+    transform_node: str | None = None
+    blocked: str | None = None  # reason, or None
+
+    @property
+    def build_labels(self) -> tuple[str, ...]:
+        return self.target.runners.build
+
+    @property
+    def gate_labels(self) -> tuple[str, ...]:
+        return self.target.runners.gate or self.target.runners.build
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str  # "build:ocr-det/fp16/default@sm89+trt10.13"
+    kind: str  # one of NODE_KINDS
+    deps: tuple[str, ...]
+    key: str  # build key for cell nodes; the transform's own key; the model digest for prepare
+    address: str | None = None  # cell address for build/gate/publish nodes
+    model: str | None = None
+    transform_kind: str | None = None  # fp16 | bf16 | int8-qdq
+
+
+@dataclass(frozen=True)
+class BuildGraph:
+    cells: tuple[Cell, ...]
+    nodes: dict[str, Node]
+    order: tuple[str, ...]  # a deterministic topological order of node ids
+
+    def cell(self, address: str) -> Cell:
+        return self._by_address()[address]
+
+    def _by_address(self) -> dict[str, Cell]:
+        cache = self.__dict__.get("_cells_by_address")
+        if cache is None:
+            cache = {c.address: c for c in self.cells}
+            object.__setattr__(self, "_cells_by_address", cache)
+        return cache
+
+    def nodes_of(self, address: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.address == address]

@@ -1,0 +1,191 @@
+"""BuildGraph x registry index -> Plan (pure), shards, and the plan file format.
+
+Status per cell, Terraform-like: ``+ build`` (nothing published at that address), ``~ rebuild`` (published,
+but the build key differs: the changed inputs are named), ``= up to date``, ``! blocked`` (with the reason).
+A saved plan records the manifests' digests and the registry state it was made against, so
+``build --plan`` can refuse a plan whose world has moved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from .errors import CIError, PlanError
+from .graph import BuildGraph, Cell
+from .keys import changed_inputs
+from .registry import IndexEntry
+
+PLAN_FORMAT_VERSION = 1
+Status = Literal["build", "rebuild", "up-to-date", "blocked"]
+SYMBOL = {"build": "+", "rebuild": "~", "up-to-date": "=", "blocked": "!"}
+MAX_MATRIX = 256  # GitHub Actions' limit of jobs per matrix
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    address: str
+    status: Status
+    build_key: str
+    target: str
+    model: str
+    precision: str
+    profile_set: str
+    reason: str = ""
+    changes: tuple[str, ...] = ()
+    published_digest: str | None = None
+    shard: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "address": self.address, "status": self.status, "symbol": SYMBOL[self.status],
+            "build_key": self.build_key, "model": self.model, "precision": self.precision,
+            "profile_set": self.profile_set, "target": self.target, "reason": self.reason,
+            "changes": list(self.changes), "published_digest": self.published_digest, "shard": self.shard,
+        }
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The work of one runner label set (split in chunks only when one set alone is very large)."""
+
+    id: str
+    build_labels: tuple[str, ...]
+    gate_labels: tuple[str, ...]
+    targets: tuple[str, ...]
+    addresses: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "build_labels": list(self.build_labels), "gate_labels": list(self.gate_labels),
+                "targets": list(self.targets), "addresses": list(self.addresses)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    entries: tuple[PlanEntry, ...]
+    shards: tuple[Shard, ...]
+    registry_state: str
+    manifests: dict[str, str] = field(default_factory=dict)  # path -> sha256 of its bytes
+
+    def counts(self) -> Counter:
+        return Counter(e.status for e in self.entries)
+
+    @property
+    def has_changes(self) -> bool:
+        c = self.counts()
+        return bool(c["build"] or c["rebuild"])
+
+    def summary(self) -> str:
+        c = self.counts()
+        return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {c['up-to-date']} up to date, "
+                f"{c['blocked']} blocked")
+
+    def to_json(self) -> dict:
+        c = self.counts()
+        return {
+            "format_version": PLAN_FORMAT_VERSION,
+            "registry_state": self.registry_state,
+            "manifests": dict(self.manifests),
+            "summary": {"build": c["build"], "rebuild": c["rebuild"], "up_to_date": c["up-to-date"],
+                        "blocked": c["blocked"], "text": self.summary()},
+            "cells": [e.to_json() for e in self.entries],
+            "shards": [s.to_json() for s in self.shards],
+        }
+
+    def shard(self, shard_id: str) -> Shard:
+        for s in self.shards:
+            if s.id == shard_id:
+                return s
+        known = ", ".join(s.id for s in self.shards) or "none"
+        raise PlanError(f"unknown shard {shard_id!r}", hint=f"shards in this plan: {known}")
+
+
+def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
+    common = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name, model=cell.model,
+                  precision=cell.precision.name, profile_set=cell.profile_set)
+    if cell.blocked:
+        return PlanEntry(status="blocked", reason=cell.blocked, **common)
+    if published is None:
+        return PlanEntry(status="build", reason="not published", **common)
+    if published.build_key == cell.build_key:
+        return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
+                         published_digest=published.digest, **common)
+    changes = tuple(changed_inputs(published.key_inputs, cell.key_inputs)) or ("build key changed",)
+    return PlanEntry(status="rebuild", reason=changes[0], changes=changes, published_digest=published.digest,
+                     **common)
+
+
+def _slug(labels: tuple[str, ...]) -> str:
+    text = "-".join(labels) or "any"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60]
+
+
+def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None,
+                max_shards: int = MAX_MATRIX, max_cells_per_shard: int = 0) -> tuple[Shard, ...]:
+    """Group cells by their build label set (+ gate labels). Chunks split a big group only while the total
+    stays within ``max_shards`` (one GitHub matrix)."""
+    groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Cell]] = {}
+    for cell in cells:
+        if cell.blocked or (only_changed is not None and cell.address not in only_changed):
+            continue
+        groups.setdefault((cell.build_labels, cell.gate_labels), []).append(cell)
+    if len(groups) > max_shards:
+        raise CIError(
+            f"the plan needs {len(groups)} distinct runner label sets, more than the {max_shards} jobs one "
+            "GitHub Actions matrix can hold",
+            hint="give targets that run on the same machines the same runner labels, or split the manifests "
+                 "into several workflows (`orchestrate ci github` per manifest group)")
+    shards = []
+    budget = max_shards - len(groups)
+    for (build, gate), members in sorted(groups.items()):
+        base = _slug(build)
+        chunks = 1
+        if max_cells_per_shard and len(members) > max_cells_per_shard:
+            want = -(-len(members) // max_cells_per_shard)
+            chunks = max(1, min(want, budget + 1))
+            budget -= chunks - 1
+        members = sorted(members, key=lambda c: c.address)
+        size = -(-len(members) // chunks)
+        for i in range(chunks):
+            part = members[i * size:(i + 1) * size]
+            if not part:
+                continue
+            sid = base if chunks == 1 else f"{base}.{i + 1}"
+            if gate != build:
+                sid += "~" + _slug(gate)[:30]
+            shards.append(Shard(id=sid, build_labels=build, gate_labels=gate,
+                                targets=tuple(sorted({c.target.name for c in part})),
+                                addresses=tuple(c.address for c in part)))
+    return tuple(shards)
+
+
+def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registry_state: str,
+                 manifests: Mapping[str, str] | None = None, *, max_cells_per_shard: int = 0) -> Plan:
+    entries = [_entry(cell, published.get(cell.address)) for cell in graph.cells]
+    changed = {e.address for e in entries if e.status in ("build", "rebuild")}
+    shards = make_shards(graph.cells, only_changed=changed, max_cells_per_shard=max_cells_per_shard)
+    shard_of = {a: s.id for s in shards for a in s.addresses}
+    entries = [PlanEntry(**{**e.__dict__, "shard": shard_of.get(e.address)}) for e in entries]
+    return Plan(entries=tuple(entries), shards=shards, registry_state=registry_state,
+                manifests=dict(manifests or {}))
+
+
+def plan_from_json(data: dict) -> Plan:
+    if not isinstance(data, dict) or data.get("format_version") != PLAN_FORMAT_VERSION:
+        got = data.get("format_version") if isinstance(data, dict) else None
+        raise PlanError(f"unsupported plan format_version {got!r} (this orchestrate reads {PLAN_FORMAT_VERSION})",
+                        hint="re-run `orchestrate plan --out FILE` with this version")
+    try:
+        entries = tuple(PlanEntry(address=c["address"], status=c["status"], build_key=c["build_key"],
+                                  target=c["target"], model=c["model"], precision=c["precision"],
+                                  profile_set=c["profile_set"], reason=c.get("reason", ""),
+                                  changes=tuple(c.get("changes", ())), published_digest=c.get("published_digest"),
+                                  shard=c.get("shard")) for c in data["cells"])
+        shards = tuple(Shard(id=s["id"], build_labels=tuple(s["build_labels"]), gate_labels=tuple(s["gate_labels"]),
+                             targets=tuple(s["targets"]), addresses=tuple(s["addresses"])) for s in data["shards"])
+        return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],
+                    manifests=dict(data.get("manifests", {})))
+    except (KeyError, TypeError) as e:
+        raise PlanError(f"plan file is malformed: missing {e}", hint="re-create it with `orchestrate plan --out`") from e

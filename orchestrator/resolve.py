@@ -1,0 +1,245 @@
+"""Manifests -> cells -> BuildGraph. Pure: everything read from disk (model digests, tool versions) comes in
+as data, so the same inputs always give the same graph, keys and order.
+
+Nodes per cell: ``prepare`` (one per model file: verify/hash), ``transform`` (shared by every cell needing the
+same conversion of the same model), ``build``, ``gate:parity``, ``gate:benchmark``, ``publish``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
+from typing import Callable, Iterable, Mapping
+
+from .builders import BuilderCapabilities, OptimizationProfile
+from .errors import ManifestError, Problem
+from .graph import BuildGraph, Cell, Node
+from .keys import KEY_SCHEMA_VERSION, build_key, digest_of
+from .manifest.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
+
+CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
+
+_TRANSFORM_KIND = {"fp16": "fp16", "bf16": "bf16", "int8": "int8-qdq", "fp8": "fp8-qdq"}
+# FP8 GEMMs need CC >= 8.9 on RTX and TensorRT (RTX docs "Advanced"); older GPUs cannot build it.
+_MIN_CC = {"fp8": (8, 9), "bf16": (8, 0)}
+
+
+@dataclass(frozen=True)
+class ResolveInputs:
+    """Everything the resolver needs that was read from disk, gathered at the edge."""
+
+    model_digests: Mapping[str, str]  # absolute model path -> "sha256:<hex>" (covers external data)
+    data_digests: Mapping[str, str] = field(default_factory=dict)  # calibration-data path -> digest
+    tool_versions: Mapping[str, str] = field(default_factory=dict)  # transform libraries' versions
+    plugin_libraries: Mapping[str, str] = field(default_factory=dict)  # TensorRT plugin .so -> digest
+
+
+def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
+    return f"{model}/{precision}/{profile_set}@{target.slug}"
+
+
+def _matches(rule: MatrixRule, model: str, precision: str, profile_set: str, target: str) -> bool:
+    return ((rule.model is None or rule.model == model)
+            and (rule.precision is None or rule.precision == precision)
+            and (rule.profile_set is None or rule.profile_set == profile_set)
+            and (rule.target is None or rule.target == target))
+
+
+def _profiles(model: Model, set_name: str) -> tuple[OptimizationProfile, ...]:
+    names = model.profile_sets[set_name]
+    out = []
+    for name in names:
+        shapes = {i.name: (i.profiles[name].min, i.profiles[name].opt, i.profiles[name].max)
+                  for i in model.inputs if name in i.profiles}
+        out.append(OptimizationProfile(name=name, shapes=shapes))
+    return tuple(out)
+
+
+def _route(spec: PrecisionSpec, caps: BuilderCapabilities) -> str | None:
+    if spec.name == "fp32":
+        return "none"
+    if spec.via == "native":
+        return "native" if spec.name in caps.native else None
+    if spec.via == "transform":
+        return "transform" if spec.name in caps.via_transform else None
+    if spec.name in caps.native:
+        return "native"
+    if spec.name in caps.via_transform:
+        return "transform"
+    return None
+
+
+def _cc_tuple(cc: str) -> tuple[int, int]:
+    major, _, minor = cc.partition(".")
+    return int(major), int(minor or 0)
+
+
+def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, route: str | None,
+                    caps: BuilderCapabilities | None) -> str | None:
+    if caps is None:
+        return f"builder plugin {target.builder!r} is not installed"
+    if route is None:
+        return f"{target.builder} {target.builder_version} cannot build {spec.name} (via {spec.via})"
+    need = _MIN_CC.get(spec.name)
+    if need and target.compute_capabilities:
+        low = [c for c in target.compute_capabilities if _cc_tuple(c) < need]
+        if low:
+            return (f"{spec.name} needs compute capability >= {need[0]}.{need[1]}; "
+                    f"target has {', '.join(cc_slug(c) for c in low)}")
+    if manifest.runner_pools:
+        for role, labels in (("build", target.runners.build), ("gate", target.runners.gate)):
+            if labels and not any(set(labels) <= set(p.labels) for p in manifest.runner_pools):
+                return f"no runner pool has the {role} labels [{', '.join(labels)}]"
+    return None
+
+
+def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict:
+    settings: dict = {"keep_io_types": spec.keep_io_types,
+                      "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
+    if spec.name in ("int8", "fp8"):
+        settings["calibration_method"] = spec.calibration_method
+    settings["tools"] = dict(sorted(inputs.tool_versions.items()))
+    return settings
+
+
+def _cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, Target]]:
+    targets = {t.name: t for t in manifest.targets}
+    seen: set[tuple[str, str, str, str]] = set()
+    for model in manifest.models:
+        for spec in model.precisions:
+            for set_name in model.profile_sets:
+                for target in manifest.targets:
+                    if any(_matches(r, model.name, spec.name, set_name, target.name) for r in manifest.exclude):
+                        continue
+                    seen.add((model.name, spec.name, set_name, target.name))
+                    yield model, spec, set_name, target
+    models = {m.name: m for m in manifest.models}
+    for rule in manifest.include:
+        for model in ([models[rule.model]] if rule.model else manifest.models):
+            specs = {s.name: s for s in model.precisions}
+            names = [rule.precision] if rule.precision else list(specs)
+            for name in names:
+                spec = specs.get(name) or PrecisionSpec(name=name)
+                sets = [rule.profile_set] if rule.profile_set else list(model.profile_sets)
+                for set_name in sets:
+                    for target in ([targets[rule.target]] if rule.target else manifest.targets):
+                        key = (model.name, name, set_name, target.name)
+                        if key not in seen:
+                            seen.add(key)
+                            yield model, spec, set_name, target
+
+
+def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: CapabilitiesFn) -> BuildGraph:
+    cells: list[Cell] = []
+    nodes: dict[str, Node] = {}
+    origin: dict[str, str] = {}
+    problems: list[Problem] = []
+    caps_cache: dict[tuple[str, str], BuilderCapabilities | None] = {}
+
+    for manifest in manifests:
+        for model, spec, set_name, target in _cells_of(manifest):
+            ck = (target.builder, target.builder_version)
+            if ck not in caps_cache:
+                caps_cache[ck] = capabilities(*ck)
+            caps = caps_cache[ck]
+            route = _route(spec, caps) if caps else None
+            address = address_of(model.name, spec.name, set_name, target)
+            if address in origin:
+                problems.append(Problem(manifest.file, None, None, f"models[{model.name}]",
+                                        f"cell {address} is also declared in {origin[address]}",
+                                        "give one of the models or targets a different name"))
+                continue
+            origin[address] = manifest.file
+            model_digest = inputs.model_digests[model.source.path]
+            profiles = _profiles(model, set_name)
+
+            prepare_id = f"prepare:{model.name}@{model.version}"
+            nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
+
+            transform_id = None
+            transform_inputs = None
+            if route == "transform":
+                kind = _TRANSFORM_KIND[spec.name]
+                calib = None
+                if kind in ("int8-qdq", "fp8-qdq") and model.calibration and model.calibration.path:
+                    calib = inputs.data_digests.get(model.calibration.path)
+                transform_inputs = {
+                    "kind": kind,
+                    "model": model_digest,
+                    "settings": _transform_settings(spec, inputs),
+                    "calibration": calib,
+                    # calibration runs at the first profile's opt shapes
+                    "calibration_shapes": ({k: list(v[1]) for k, v in profiles[0].shapes.items()}
+                                           if kind.endswith("qdq") else None),
+                }
+                tkey = digest_of(transform_inputs)
+                transform_id = f"transform:{model.name}/{kind}#{tkey[:12]}"
+                nodes.setdefault(transform_id, Node(transform_id, "transform", (prepare_id,), tkey,
+                                                    model=model.name, transform_kind=kind))
+            native_calib = None
+            if route == "native" and spec.name == "int8" and model.calibration and model.calibration.path:
+                native_calib = inputs.data_digests.get(model.calibration.path)
+
+            key_inputs = {
+                "schema": KEY_SCHEMA_VERSION,
+                "model": {"digest": model_digest},
+                "transform": transform_inputs,
+                "native_calibration": native_calib,
+                "precision": {"name": spec.name, "route": route},
+                "profiles": [{"name": p.name, "shapes": {k: [list(s) for s in v] for k, v in p.shapes.items()}}
+                             for p in profiles],
+                "builder": {"name": target.builder, "version": target.builder_version},
+                "target": {
+                    "compute_capabilities": sorted(target.compute_capabilities, key=_cc_tuple),
+                    "hardware_compatibility": target.hardware_compatibility,
+                    "device": target.device,
+                },
+                "options": target.options.to_key(),
+                "plugin_libraries": dict(sorted(inputs.plugin_libraries.items())),
+                "salt": manifest.salt,
+            }
+            key = build_key(key_inputs)
+            blocked = _blocked_reason(manifest, target, spec, route, caps)
+            cells.append(Cell(address=address, manifest=manifest.file, model=model.name,
+                              model_version=model.version, model_path=model.source.path, precision=spec,
+                              profile_set=set_name, profiles=profiles, target=target, route=route or "none",
+                              build_key=key, key_inputs=key_inputs, transform_node=transform_id,
+                              blocked=blocked))
+            if blocked:
+                continue
+            build_id = f"build:{address}"
+            nodes[build_id] = Node(build_id, "build", (transform_id or prepare_id,), key, address=address,
+                                   model=model.name)
+            gate_deps = []
+            if model.gate.parity.enabled:
+                pid = f"gate:parity:{address}"
+                nodes[pid] = Node(pid, "gate:parity", (build_id,), key, address=address, model=model.name)
+                gate_deps.append(pid)
+            if model.gate.benchmark.enabled:
+                bid = f"gate:benchmark:{address}"
+                # benchmark after parity: timing a numerically wrong engine is wasted runner time
+                nodes[bid] = Node(bid, "gate:benchmark", (gate_deps[-1] if gate_deps else build_id,), key,
+                                  address=address, model=model.name)
+                gate_deps.append(bid)
+            pub = f"publish:{address}"
+            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), key, address=address,
+                              model=model.name)
+
+    if problems:
+        raise ManifestError(problems)
+    cells.sort(key=lambda c: c.address)
+    return BuildGraph(cells=tuple(cells), nodes=nodes, order=topological_order(nodes))
+
+
+def topological_order(nodes: Mapping[str, Node]) -> tuple[str, ...]:
+    """graphlib order with sorted tie-breaking, so the same graph always gives the same order."""
+    sorter: TopologicalSorter[str] = TopologicalSorter()
+    for node_id in sorted(nodes):
+        sorter.add(node_id, *nodes[node_id].deps)
+    sorter.prepare()
+    order: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        order.extend(ready)
+        sorter.done(*ready)
+    return tuple(order)
