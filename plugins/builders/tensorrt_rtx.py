@@ -1,0 +1,364 @@
+"""The ``tensorrt-rtx`` builder: ahead-of-time TensorRT-RTX engines for a list of compute capabilities.
+
+RTX AOT builds run on the CPU with no GPU or driver (shared/reference/tensorrt-api.md §8, measured §10), so any
+runner with the ``tensorrt-rtx`` wheel can build; the engines run only on RTX/Ampere+ GPUs whose CC is in the
+engine's list. Networks are always strongly typed: RTX 1.x has no FP16/INT8/BF16/FP8 builder flags, so lower
+precisions arrive as an already-converted ONNX (fp16/bf16 transforms) or as Q/DQ nodes (int8-qdq).
+
+``tensorrt_rtx`` is imported inside ``build`` only; ``capabilities`` and ``available`` read package metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import threading
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterator
+
+from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.errors import BuildError
+from orchestrator.hardware import RunnerFingerprint
+from orchestrator.manifest.model import Target
+
+from ._onnx_io import read_plan_header
+
+DISTRIBUTION = "tensorrt-rtx"
+MODULE = "tensorrt_rtx"
+ENGINE_NAME = "engine.plan"
+LOG_NAME = "build.log"
+LAYERS_NAME = "layers.json"
+
+# ORT's dynamic-quantization ops have no TensorRT importer (measured, reference §10); name the way out.
+_ORT_ONLY_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul"}
+
+_NO_FLAG = ("TensorRT-RTX {v} has no {p} builder flag: RTX networks are strongly typed only "
+            "(reference §1 footnote 1 and §8; BuilderFlag in 1.7 has no FP16/INT8/BF16 members, §10)")
+
+
+def _installed_version() -> str | None:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _version_matches(installed: str, wanted: str) -> bool:
+    """``1.7.1.116`` needs exactly that build; a shorter target version (``1.7``) is a prefix on components.
+    RTX engines are not compatible across RTX releases (reference §8), so no looser rule exists."""
+    have, want = installed.split("."), wanted.strip().split(".")
+    return have[: len(want)] == want
+
+
+class _LogSink:
+    """Where the process-wide TensorRT logger writes during one build: the build log file (every message),
+    the request's log callback (INFO and worse), and the errors kept for the BuildError."""
+
+    def __init__(self, path: Path, echo: Callable[[str], None]) -> None:
+        self.file = open(path, "w", encoding="utf-8")
+        self.echo = echo
+        self.errors: list[str] = []
+        self.tail: list[str] = []
+        self.layer_listing: str | None = None
+
+    def write(self, severity: str, message: str) -> None:
+        line = f"[{severity}] {message}"
+        self.file.write(line + "\n")
+        if severity in ("INTERNAL_ERROR", "ERROR"):
+            self.errors.append(message)
+        if severity != "VERBOSE":
+            self.echo(f"tensorrt-rtx: {line}")
+            self.tail = (self.tail + [line])[-30:]
+        elif message.startswith("Layers:\n"):  # the builder's own layer listing (ProfilingVerbosity.DETAILED)
+            self.layer_listing = message
+
+    def close(self) -> None:
+        self.file.close()
+
+
+_LOCK = threading.Lock()
+_LOGGER = None  # one ILogger per process: TensorRT warns that a second logger "differs from one already
+# registered" and keeps using the first for global messages, so a dispatching logger is created once.
+_SINK: _LogSink | None = None
+
+
+def _logger(trt):
+    global _LOGGER
+    if _LOGGER is None:
+
+        class _Dispatch(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+
+            def log(self, severity, msg) -> None:  # noqa: D401 - TensorRT callback
+                sink = _SINK
+                if sink is not None:
+                    sink.write(str(severity).rsplit(".", 1)[-1], msg)
+
+        _LOGGER = _Dispatch()
+    return _LOGGER
+
+
+@contextmanager
+def _capture(trt, path: Path, echo: Callable[[str], None]) -> Iterator[_LogSink]:
+    """Route TensorRT's messages to one build's sink; builds in one process are serialized by the lock."""
+    global _SINK
+    with _LOCK:
+        logger = _logger(trt)
+        sink = _LogSink(path, echo)
+        _SINK = sink
+        try:
+            yield sink
+        finally:
+            _SINK = None
+            sink.close()
+            del logger
+
+
+def _cc_enum(trt, cc: str):
+    """``"8.6"`` -> ``trt.ComputeCapability.SM86`` (Polygraphy builds the name the same way, reference §8)."""
+    major, _, minor = cc.strip().partition(".")
+    name = f"SM{major}{minor or '0'}"
+    member = getattr(trt.ComputeCapability, name, None)
+    if member is None:
+        supported = sorted(n for n in trt.ComputeCapability.__members__ if n.startswith("SM"))
+        raise BuildError(
+            f"TensorRT-RTX {trt.__version__} cannot target compute capability {cc} "
+            f"(no ComputeCapability.{name}); supported: {', '.join(supported)}",
+            hint="pick compute capabilities from that list, or a TensorRT-RTX release that adds this one")
+    return member
+
+
+def _parser_errors(parser) -> list[str]:
+    lines = []
+    for i in range(parser.num_errors):
+        e = parser.get_error(i)
+        where = f"{e.func()} at {Path(e.file()).name}:{e.line()}" if e.file() else e.func()
+        code = str(e.code()).rsplit(".", 1)[-1]
+        lines.append(f"node {e.node()} {e.node_name()!r} ({e.node_operator()}): {code}: {e.desc()} [{where}]")
+    return lines
+
+
+def _layer_info_from_inspector(trt, plan: bytes, out: Path) -> tuple[str | None, str | None]:
+    """Deserialize the plan and dump the inspector's JSON. Needs a CUDA driver and a GPU whose CC is in the
+    engine's list: on a CPU-only runner deserialize_cuda_engine returns None ("CUDA driver version is
+    insufficient", measured here), on a CC 9.0 GPU the runtime refuses every RTX engine (reference §10).
+    Returns (source, reason why not)."""
+    global _SINK
+    saved, _SINK = _SINK, None  # keep deserialization noise out of the build log; keep its errors as the reason
+    try:
+        runtime = trt.Runtime(_logger(trt))
+        _SINK = errors = _ErrorsOnly()
+        engine = runtime.deserialize_cuda_engine(plan)
+        if engine is None:
+            return None, "engine inspector skipped: deserialize_cuda_engine failed on this machine: " + (
+                errors.first or "no error message")
+        inspector = engine.create_engine_inspector()
+        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+        out.write_text(text, encoding="utf-8")
+        return "engine-inspector", None
+    except Exception as e:  # any failure here only costs the optional layer info, never the build
+        return None, f"engine inspector skipped: {type(e).__name__}: {e}"
+    finally:
+        _SINK = saved
+
+
+class _ErrorsOnly:
+    """Sink for the inspection step: keeps the first error as the reason, drops the rest."""
+
+    first: str | None = None
+
+    def write(self, severity: str, message: str) -> None:
+        if self.first is None and severity in ("INTERNAL_ERROR", "ERROR"):
+            self.first = message.splitlines()[0]
+
+
+_LAYER_LINE = re.compile(r"^Name: (?P<name>.*?), LayerType: (?P<type>[^,]*),.*?TacticName: (?P<tactic>[^,]*),")
+
+
+def _layer_info_from_log(listing: str, out: Path) -> None:
+    """Fallback when the inspector cannot run: the builder's own verbose 'Layers:' listing, one entry a layer."""
+    layers = []
+    for line in listing.splitlines()[1:]:
+        m = _LAYER_LINE.match(line)
+        layers.append({"name": m["name"], "type": m["type"], "tactic": m["tactic"], "text": line} if m
+                      else {"text": line})
+    out.write_text(json.dumps({"source": "build-log", "layers": layers}, indent=1), encoding="utf-8")
+
+
+class TensorRtxBuilder:
+    """Builds one strongly typed TensorRT-RTX AOT engine per request."""
+
+    name = "tensorrt-rtx"
+
+    def capabilities(self, version: str) -> BuilderCapabilities:
+        reason = {p: _NO_FLAG.format(v=version, p=p.upper()) + f"; use precision via 'transform' for {p}"
+                  for p in ("fp16", "bf16", "int8", "fp8")}
+        reason["fp8"] += " (FP8 GEMMs need CC >= 8.9, RTX docs 'Advanced')"
+        return BuilderCapabilities(
+            native=frozenset(),  # no precision builder flags in RTX 1.x (reference §1, §8, §10)
+            via_transform=frozenset({"fp16", "bf16", "int8", "fp8"}),
+            target_kinds=frozenset({"compute_capability", "compute_capability_list"}),
+            needs_gpu=False,  # AOT: CPU-only builds (RTX docs cpu-engines.html, reference §8)
+            runs_on="RTX/Ampere+ GPUs with CC in the engine's list (8.0, 8.6, 8.9, 12.x); not 9.0/10.0",
+            native_missing_reason=reason,
+            supports_calibrator=False,
+            engine_suffix=".plan",
+        )
+
+    def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
+        installed = _installed_version()
+        if installed is None or importlib.util.find_spec(MODULE) is None:
+            return (f"tensorrt-rtx {target.builder_version} is not installed "
+                    f"(pip install 'trt-orchestrator[rtx]')")
+        if not _version_matches(installed, target.builder_version):
+            return (f"installed tensorrt-rtx {installed} but target {target.name!r} wants "
+                    f"{target.builder_version} (RTX engines load only on the release that built them)")
+        if target.hardware_compatibility != "none":
+            return "tensorrt-rtx targets compute capabilities, not a hardware compatibility level"
+        if target.options.version_compatible:
+            return "TensorRT-RTX engines are not compatible across RTX releases; drop version_compatible"
+        return None
+
+    def build(self, request: BuildRequest) -> BuildResult:
+        try:
+            import tensorrt_rtx as trt
+        except ImportError as e:
+            raise BuildError(f"cannot import tensorrt_rtx: {e}", node=request.address,
+                             hint="pip install 'trt-orchestrator[rtx]'") from e
+        if request.native_precision and request.precision.name != "fp32":
+            raise BuildError(_NO_FLAG.format(v=trt.__version__, p=request.precision.name.upper()),
+                             node=request.address, hint="build it from the fp16/bf16/int8-qdq transform's ONNX")
+        out_dir = Path(request.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = out_dir / LOG_NAME
+        started = time.perf_counter()
+        with _capture(trt, log_path, request.log) as sink:
+            plan, facts = self._build_plan(trt, request, sink)
+            build_seconds = time.perf_counter() - started
+            engine_path = out_dir / ENGINE_NAME
+            engine_path.write_bytes(plan)
+            layer_path = out_dir / LAYERS_NAME
+            source, skipped = _layer_info_from_inspector(trt, plan, layer_path)
+            if source is None and sink.layer_listing:
+                _layer_info_from_log(sink.layer_listing, layer_path)
+                source = "build-log"
+        metadata_ = {
+            **facts,
+            "tensorrt_rtx_version": trt.__version__,
+            "strongly_typed": True,
+            "precision": request.precision.name,
+            "precision_via": "native" if request.native_precision else "transform",
+            "plan_header": read_plan_header(plan[:28]),
+            "engine_bytes": len(plan),
+            "layer_info": source,
+            "layer_info_skipped": skipped,
+            "timing_cache": "not used: deprecated no-op since RTX 1.2 that forces a GPU during AOT (reference §8)",
+        }
+        return BuildResult(
+            engine_path=engine_path,
+            log_path=log_path,
+            builder=self.name,
+            builder_version=trt.__version__,
+            build_seconds=round(build_seconds, 3),
+            layer_info_path=layer_path if source else None,
+            metadata=metadata_,
+        )
+
+    def _build_plan(self, trt, request: BuildRequest, sink: _LogSink) -> tuple[bytes, dict]:
+        logger = _logger(trt)
+        builder = trt.Builder(logger)
+        # RTX only supports strongly typed networks (RTX helloWorld sample, reference §8); never an enum integer
+        # (11.0 renumbered this enum, reference §0.3).
+        network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(request.onnx_path)):
+            errors = _parser_errors(parser)
+            ops = {parser.get_error(i).node_operator() for i in range(parser.num_errors)}
+            hint = ("ConvInteger/MatMulInteger/DynamicQuantizeLinear/QLinear* are onnxruntime-only "
+                    "quantization ops; quantize with the int8-qdq transform (static Q/DQ) instead"
+                    if ops & _ORT_ONLY_OPS else "see build.log for the parser's full output")
+            raise BuildError(
+                f"TensorRT-RTX {trt.__version__} ONNX parser rejected {request.onnx_path.name} "
+                f"({len(errors)} error{'s' if len(errors) != 1 else ''}):\n  " + "\n  ".join(errors),
+                node=request.address, hint=hint)
+
+        inputs = {network.get_input(i).name: network.get_input(i) for i in range(network.num_inputs)}
+        config = builder.create_builder_config()
+        for profile_spec in request.profiles:
+            profile = builder.create_optimization_profile()
+            for name, (lo, opt, hi) in profile_spec.shapes.items():
+                if name not in inputs:
+                    raise BuildError(
+                        f"profile {profile_spec.name!r} names input {name!r}, which the model does not have; "
+                        f"its inputs: {', '.join(inputs)}", node=request.address)
+                profile.set_shape(name, tuple(lo), tuple(opt), tuple(hi))
+            config.add_optimization_profile(profile)
+
+        ccs = tuple(request.target.compute_capabilities)
+        if ccs:
+            members = [_cc_enum(trt, cc) for cc in ccs]
+            config.num_compute_capabilities = len(members)
+            for i, member in enumerate(members):
+                config.set_compute_capability(member, i)
+        applied = self._apply_options(trt, config, request)
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+
+        plan = builder.build_serialized_network(network, config)
+        if plan is None:
+            raise BuildError(
+                "TensorRT-RTX build_serialized_network failed: " + ("; ".join(sink.errors) or "no error logged"),
+                node=request.address, log_tail="\n".join(sink.tail[-15:]) or None)
+        io = [
+            {"name": t.name, "mode": "input" if t.is_network_input else "output",
+             "dtype": str(t.dtype).rsplit(".", 1)[-1], "shape": list(t.shape)}
+            for t in [network.get_input(i) for i in range(network.num_inputs)]
+            + [network.get_output(i) for i in range(network.num_outputs)]
+        ]
+        facts = {
+            "compute_capabilities": list(ccs) or "default (RTX portability set; reference §8)",
+            "profile_count": config.num_optimization_profiles,
+            "profiles": [p.name for p in request.profiles],
+            "io_tensors": io,
+            "options": applied,
+        }
+        return bytes(memoryview(plan)), facts
+
+    @staticmethod
+    def _apply_options(trt, config, request: BuildRequest) -> dict:
+        """Set what the options ask for, feature-testing each setter (reference §0.2); return what was set."""
+        options = request.options
+        applied: dict = {}
+
+        def need(attr: str, what: str) -> None:
+            if not hasattr(config, attr):
+                raise BuildError(f"TensorRT-RTX {trt.__version__} has no IBuilderConfig.{attr}; cannot set {what}",
+                                 node=request.address, hint=f"remove {what} from the target's options")
+
+        if options.optimization_level is not None:
+            need("builder_optimization_level", "optimization_level")
+            config.builder_optimization_level = int(options.optimization_level)
+            applied["optimization_level"] = int(options.optimization_level)
+        if options.tiling_level is not None:
+            need("tiling_optimization_level", "tiling_level")
+            config.tiling_optimization_level = getattr(trt.TilingOptimizationLevel, options.tiling_level.upper())
+            applied["tiling_level"] = options.tiling_level
+        if options.workspace_mib is not None:
+            need("set_memory_pool_limit", "workspace_mib")
+            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace_mib) << 20)
+            applied["workspace_mib"] = int(options.workspace_mib)
+        if options.strongly_typed is False:
+            request.log("tensorrt-rtx: strongly_typed: false ignored; RTX networks are always strongly typed")
+        if options.version_compatible:
+            raise BuildError("TensorRT-RTX engines are not compatible across RTX releases (reference §8)",
+                             node=request.address, hint="drop version_compatible from this target")
+        if options.extra:
+            applied["ignored_extra"] = sorted(options.extra)
+        return applied
+
+
+builder = TensorRtxBuilder()
