@@ -52,3 +52,15 @@ def read_plan_header(data: bytes) -> dict:
         "version_bytes": version_bytes.hex(),
         "version": ".".join(str(b) for b in version_bytes) if len(version_bytes) == 4 else None,
     }
+
+
+def model_bytes(path: Path | str) -> int:
+    """Size of a model on disk including every external data file it references."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    locations = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
+    return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations
+                                     if (path.parent / loc).is_file())

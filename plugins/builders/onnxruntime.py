@@ -1,0 +1,181 @@
+"""The ``onnxruntime`` builder: an "engine" is the ONNX model optimized and serialized by onnxruntime for one
+execution provider (``SessionOptions.optimized_model_filepath``).
+
+ORT's docs warn that a model saved at level "all" can carry layout/hardware-specific rewrites (e.g. NCHWc on
+CPU) and should run on the execution provider and ORT version that made it; so the provider, ORT version and
+level are recorded in the metadata and ``available`` requires the target's ORT major.minor.
+
+``onnxruntime`` is imported inside methods only.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from importlib import metadata
+from pathlib import Path
+
+from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.errors import BuildError
+from orchestrator.hardware import RunnerFingerprint
+from orchestrator.manifest.model import Target
+
+from ._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
+
+ENGINE_NAME = "engine.onnx"
+LOG_NAME = "build.log"
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def _installed_version() -> str | None:
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _family(version: str) -> str:
+    return ".".join(version.strip().split(".")[:2])
+
+
+def _op_histogram(path: Path) -> dict[str, int]:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return dict(collections.Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in model.graph.node))
+
+
+class OnnxRuntimeBuilder:
+    name = "onnxruntime"
+
+    def capabilities(self, version: str) -> BuilderCapabilities:
+        return BuilderCapabilities(
+            native=frozenset(),
+            via_transform=frozenset({"fp16", "bf16", "int8"}),
+            target_kinds=frozenset({"cpu", "cuda"}),
+            needs_gpu=False,  # the CPU EP builds anywhere; a cuda target's availability is checked per runner
+            runs_on=f"onnxruntime {_family(version)} with the execution provider it was optimized for "
+                    "(CPU anywhere; CUDA EP on NVIDIA GPUs)",
+            native_missing_reason={
+                p: f"onnxruntime has no builder precision switch; {p} comes from the ONNX transform"
+                for p in ("fp16", "bf16", "int8", "fp8")},
+            supports_calibrator=False,
+            engine_suffix=".onnx",
+        )
+
+    def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
+        installed = _installed_version()
+        if installed is None:
+            return (f"onnxruntime {target.builder_version} is not installed "
+                    f"(pip install 'trt-orchestrator[ort]')")
+        if _family(installed) != _family(target.builder_version):
+            return (f"installed onnxruntime {installed} but target {target.name!r} wants "
+                    f"{_family(target.builder_version)}.x (a level-'all' optimized model is tied to the ORT "
+                    f"version that wrote it)")
+        provider = PROVIDERS.get(target.device)
+        if provider is None:
+            return f"onnxruntime targets need device 'cpu' or 'cuda', not {target.device!r}"
+        providers = fingerprint.onnxruntime_providers or self._providers()
+        if provider not in providers:
+            return (f"{provider} is not available in this onnxruntime (has: {', '.join(providers) or 'none'}); "
+                    + ("install onnxruntime-gpu on a runner with an NVIDIA GPU" if target.device == "cuda"
+                       else "reinstall onnxruntime"))
+        return None
+
+    @staticmethod
+    def _providers() -> tuple[str, ...]:
+        try:
+            import onnxruntime
+
+            return tuple(onnxruntime.get_available_providers())
+        except Exception:  # a broken install: reported as "no providers" by available()
+            return ()
+
+    def build(self, request: BuildRequest) -> BuildResult:
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise BuildError(f"cannot import onnxruntime: {e}", node=request.address,
+                             hint="pip install 'trt-orchestrator[ort]'") from e
+        if request.native_precision and request.precision.name != "fp32":
+            raise BuildError(f"onnxruntime cannot build {request.precision.name} natively",
+                             node=request.address, hint="build it from the fp16/bf16/int8-qdq transform's ONNX")
+        provider = PROVIDERS.get(request.target.device)
+        if provider is None:
+            raise BuildError(f"onnxruntime targets need device 'cpu' or 'cuda', not {request.target.device!r}",
+                             node=request.address)
+        level_name = request.options.ort_optimization
+        out_dir = Path(request.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        engine_path = out_dir / ENGINE_NAME
+        log_path = out_dir / LOG_NAME
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level_name])
+        options.optimized_model_filepath = str(engine_path)
+        if model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD:  # protobuf's 2 GiB limit: weights go beside the model
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             ENGINE_NAME + ".data")
+        started = time.perf_counter()
+        try:
+            session = ort.InferenceSession(str(request.onnx_path), options, providers=[provider])
+        except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented: one family for us
+            raise BuildError(f"onnxruntime {ort.__version__} could not optimize {request.onnx_path.name} "
+                             f"for {provider}: {e}", node=request.address) from e
+        build_seconds = time.perf_counter() - started
+        used = session.get_providers()
+        if provider not in used:
+            raise BuildError(f"onnxruntime fell back to {used} instead of {provider}", node=request.address,
+                             hint="check the CUDA/cuDNN libraries onnxruntime-gpu needs")
+        inputs = {i.name for i in session.get_inputs()}
+        for profile in request.profiles:
+            unknown = set(profile.shapes) - inputs
+            if unknown:
+                raise BuildError(f"profile {profile.name!r} names inputs {sorted(unknown)} that the model does not "
+                                 f"have; its inputs: {', '.join(sorted(inputs))}", node=request.address)
+        io = [{"name": t.name, "mode": mode, "dtype": t.type, "shape": list(t.shape)}
+              for mode, group in (("input", session.get_inputs()), ("output", session.get_outputs()))
+              for t in group]
+        del session
+        if not engine_path.is_file():
+            raise BuildError(f"onnxruntime wrote no optimized model to {engine_path}", node=request.address)
+
+        before, after = _op_histogram(Path(request.onnx_path)), _op_histogram(engine_path)
+        facts = {
+            "onnxruntime_version": ort.__version__,
+            "provider": provider,
+            "optimization_level": level_name,
+            "graph_optimization_level": LEVELS[level_name],
+            # ORT docs: an "all"-level model may hold EP/hardware-specific rewrites; run it where it was made.
+            "run_only_with": {"provider": provider, "onnxruntime": _family(ort.__version__)},
+            "precision": request.precision.name,
+            "profiles": [p.name for p in request.profiles],
+            "profile_count": len(request.profiles),
+            "io_tensors": io,
+            "nodes_before": sum(before.values()),
+            "nodes_after": sum(after.values()),
+            "engine_bytes": engine_path.stat().st_size,
+        }
+        lines = [f"{k}: {v}" for k, v in facts.items() if k != "io_tensors"]
+        lines.append(f"build_seconds: {build_seconds:.3f}")
+        lines += [f"op {op}: {before.get(op, 0)} -> {after.get(op, 0)}"
+                  for op in sorted(set(before) | set(after))]
+        log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        request.log(f"onnxruntime: optimized {request.onnx_path.name} for {provider} at level {level_name}: "
+                    f"{facts['nodes_before']} -> {facts['nodes_after']} nodes in {build_seconds:.2f}s")
+        return BuildResult(
+            engine_path=engine_path,
+            log_path=log_path,
+            builder=self.name,
+            builder_version=ort.__version__,
+            build_seconds=round(build_seconds, 3),
+            layer_info_path=None,
+            metadata=facts,
+        )
+
+
+builder = OnnxRuntimeBuilder()
