@@ -1,0 +1,275 @@
+"""Semantic checks of a typed manifest: what a JSON Schema cannot see. Pure: no files, no plugins imported.
+
+The builder knowledge comes in as parameters: ``capabilities(builder, version) -> BuilderCapabilities | None``
+(None: no such plugin) and ``builder_names`` for close-match hints, so tests pass literals and production
+passes the installed plugins. Every check appends findings and goes on; nothing stops at the first problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from ..builders import BuilderCapabilities, target_kind
+from ..errors import OrchestratorError
+from .model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target
+from .positions import Finding, Path
+from .schema import did_you_mean
+
+CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
+# Precisions that are calibrated (explicit Q/DQ via ModelOpt, or the TRT <= 10.x calibrator): both need data.
+_CALIBRATED = ("int8", "fp8")
+_KIND_WORDS = {"compute_capability": "one compute capability", "compute_capability_list": "a compute capability "
+               "list", "hardware_compatible": "a hardware compatibility level", "cpu": "device cpu",
+               "cuda": "device cuda"}
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """The converted manifest; ``models[i]``/``targets[i]`` None where schema errors kept it untyped, while
+    ``model_names``/``target_names`` still carry whatever names were readable, for references."""
+
+    models: Sequence[Model | None]
+    targets: Sequence[Target | None]
+    model_names: Sequence[str | None]
+    target_names: Sequence[str | None]
+    include: Sequence[MatrixRule]
+    exclude: Sequence[MatrixRule]
+
+
+def _dims(shape: Iterable) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def check(manifest: CheckInput, *, capabilities: CapabilitiesFn, builder_names: Sequence[str]) -> list[Finding]:
+    out: list[Finding] = []
+    _duplicates(manifest.model_names, "models", "model", out)
+    _duplicates(manifest.target_names, "targets", "target", out)
+    for i, model in enumerate(manifest.models):
+        if model is not None:
+            check_model(model, ("models", i), out)
+    caps: dict[int, BuilderCapabilities] = {}
+    for i, target in enumerate(manifest.targets):
+        if target is not None:
+            found = check_target(target, ("targets", i), capabilities, builder_names, out)
+            if found is not None:
+                caps[i] = found
+    _matrix(manifest, out)
+    _cells(manifest, caps, out)
+    return out
+
+
+def _duplicates(names: Sequence[str | None], section: str, what: str, out: list[Finding]) -> None:
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None:
+            continue
+        if name in first:
+            out.append(Finding((section, i, "name"), f"duplicate {what} name '{name}' (first at {section}[{first[name]}])",
+                               f"{what} names must be unique; rename one"))
+        else:
+            first[name] = i
+
+
+# -- models -------------------------------------------------------------------------------------------------
+
+def check_model(model: Model, path: Path, out: list[Finding]) -> None:
+    symbols = {d for spec in model.inputs for d in spec.shape if isinstance(d, str)}
+    constraints = {c.dim: c for c in model.constraints}
+    for c in model.constraints:
+        if c.dim not in symbols:
+            hint = did_you_mean(c.dim, sorted(symbols)) or (
+                f"named dims: {', '.join(sorted(symbols))}" if symbols else "the inputs have no named dims")
+            out.append(Finding(path + ("constraints", c.dim), f"no input has a dim named '{c.dim}'", hint, at_key=True))
+        if c.min is not None and c.max is not None and c.min > c.max:
+            out.append(Finding(path + ("constraints", c.dim), f"min {c.min} exceeds max {c.max}"))
+    reference: InputSpec | None = None
+    for spec in model.inputs:
+        ipath = path + ("inputs", spec.name)
+        if spec.is_dynamic and not spec.profiles:
+            dyn = ", ".join(str(d) for d in spec.shape if isinstance(d, str))
+            out.append(Finding(ipath, f"input '{spec.name}' has dynamic dims ({dyn}) but no profiles",
+                               "add profiles: {default: {min: [...], opt: [...], max: [...]}}"))
+        for name, shapes in spec.profiles.items():
+            _check_profile(spec, shapes, ipath + ("profiles", name), constraints, out)
+        if spec.profiles or spec.is_dynamic:
+            if reference is None:
+                reference = spec
+            elif set(spec.profiles) != set(reference.profiles):
+                _profile_names_differ(spec, reference, ipath, out)
+    names = model.profile_names()
+    for set_name, members in model.profile_sets.items():
+        for k, member in enumerate(members):
+            if member not in names:
+                hint = did_you_mean(member, names) or f"profiles: {', '.join(names) or 'none'}"
+                out.append(Finding(path + ("profile_sets", set_name, k), f"unknown profile '{member}'", hint))
+    seen: dict[str, int] = {}
+    for j, spec in enumerate(model.precisions):
+        ppath = path + ("precisions", j)
+        if spec.name in seen:
+            out.append(Finding(ppath, f"precision '{spec.name}' is listed twice (first at precisions[{seen[spec.name]}])"))
+            continue
+        seen[spec.name] = j
+        if spec.name == "fp32" and spec.via == "transform":
+            out.append(Finding(ppath, "fp32 has no transform: it is the model's own precision", "drop `via`"))
+        if spec.name in _CALIBRATED and (model.calibration is None or model.calibration.path is None):
+            out.append(Finding(ppath, f"{spec.name} needs calibration data, and model '{model.name}' has none",
+                               "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))
+
+
+def _profile_names_differ(spec: InputSpec, reference: InputSpec, ipath: Path, out: list[Finding]) -> None:
+    missing = sorted(set(reference.profiles) - set(spec.profiles))
+    extra = sorted(set(spec.profiles) - set(reference.profiles))
+    parts = ([f"missing {', '.join(repr(m) for m in missing)}"] if missing else []) + (
+        [f"has extra {', '.join(repr(e) for e in extra)}"] if extra else [])
+    out.append(Finding(ipath + ("profiles",), f"profile names differ from input '{reference.name}': "
+                       + "; ".join(parts), "every input of a model must define the same profile names"))
+
+
+def _check_profile(spec: InputSpec, shapes: ProfileShapes, path: Path, constraints: dict,
+                   out: list[Finding]) -> None:
+    rank = len(spec.shape)
+    ok = True
+    for which in ("min", "opt", "max"):
+        dims = getattr(shapes, which)
+        if len(dims) != rank:
+            out.append(Finding(path + (which,), f"{which} {_dims(dims)} has rank {len(dims)} but input "
+                               f"'{spec.name}' has rank {rank} {_dims(spec.shape)}"))
+            ok = False
+            continue
+        for d, (declared, value) in enumerate(zip(spec.shape, dims)):
+            if isinstance(declared, int) and declared != value:
+                out.append(Finding(path + (which,), f"{which} {_dims(dims)} has {value} in dim {d}, but the input's "
+                                   f"shape {_dims(spec.shape)} fixes it to {declared}"))
+                ok = False
+            elif isinstance(declared, str) and declared in constraints:
+                _check_constraint(constraints[declared], which, dims, d, path + (which,), out)
+    if not ok:
+        return
+    pairs = (("min", "max"),) if _first_over(shapes.min, shapes.max) is not None else (("min", "opt"), ("opt", "max"))
+    for low, high in pairs:
+        a, b = getattr(shapes, low), getattr(shapes, high)
+        d = _first_over(a, b)
+        if d is not None:
+            out.append(Finding(path + (high,), f"{low} {_dims(a)} exceeds {high} {_dims(b)} in dim {d}",
+                               "each dim needs min <= opt <= max"))
+
+
+def _first_over(a: Sequence[int], b: Sequence[int]) -> int | None:
+    return next((d for d, (x, y) in enumerate(zip(a, b)) if x > y), None)
+
+
+def _check_constraint(c, which: str, dims: Sequence[int], d: int, path: Path, out: list[Finding]) -> None:
+    value = dims[d]
+    where = f"{which} {_dims(dims)}: dim {d} ({c.dim}) is {value}"
+    if c.multiple_of and value % c.multiple_of:
+        lower = value - value % c.multiple_of
+        options = " or ".join(str(v) for v in (lower, lower + c.multiple_of) if v > 0)
+        out.append(Finding(path, f"{where}, not a multiple of {c.multiple_of}", f"use {options}"))
+    if c.min is not None and value < c.min:
+        out.append(Finding(path, f"{where}, below the constraint's min {c.min}"))
+    if c.max is not None and value > c.max:
+        out.append(Finding(path, f"{where}, above the constraint's max {c.max}"))
+
+
+# -- targets ------------------------------------------------------------------------------------------------
+
+def check_target(target: Target, path: Path, capabilities: CapabilitiesFn, builder_names: Sequence[str],
+                 out: list[Finding]) -> BuilderCapabilities | None:
+    try:
+        caps = capabilities(target.builder, target.builder_version)
+    except OrchestratorError as e:  # a plugin that fails to load is this target's problem, reported with it
+        out.append(Finding(path + ("builder",), f"builder '{target.builder}' could not be loaded: {e.message}",
+                           e.hint))
+        return None
+    if caps is None:
+        hint = did_you_mean(target.builder, builder_names) or (
+            f"installed builders: {', '.join(builder_names)}" if builder_names else "no builder plugins installed")
+        out.append(Finding(path + ("builder",), f"unknown builder '{target.builder}'", hint))
+        return None
+    kind = target_kind(target)
+    if kind not in caps.target_kinds:
+        key = {"compute_capability_list": "compute_capabilities", "cpu": "device", "cuda": "device",
+               "hardware_compatible": "hardware_compatibility"}.get(kind, "compute_capability")
+        can = ", ".join(_KIND_WORDS.get(k, k) for k in sorted(caps.target_kinds)) or "nothing"
+        hint = ("build one target per compute capability (only AOT builders such as tensorrt-rtx take a list)"
+                if kind == "compute_capability_list" else f"it can target: {can}")
+        out.append(Finding(path + (key,), f"{target.builder} {target.builder_version} cannot build for "
+                           f"{_KIND_WORDS.get(kind, kind)}", hint))
+    return caps
+
+
+# -- matrix and cells ---------------------------------------------------------------------------------------
+
+def _matrix(manifest: CheckInput, out: list[Finding]) -> None:
+    models = {m.name: m for m in manifest.models if m is not None}
+    model_names = [n for n in manifest.model_names if n is not None]
+    target_names = [n for n in manifest.target_names if n is not None]
+    for section, rules in (("include", manifest.include), ("exclude", manifest.exclude)):
+        for k, rule in enumerate(rules):
+            path: Path = ("matrix", section, k)
+            if rule.model is not None and rule.model not in model_names:
+                out.append(Finding(path + ("model",), f"unknown model '{rule.model}'",
+                                   did_you_mean(rule.model, model_names)))
+            if rule.target is not None and rule.target not in target_names:
+                out.append(Finding(path + ("target",), f"unknown target '{rule.target}'",
+                                   did_you_mean(rule.target, target_names)))
+            scope = [models[rule.model]] if rule.model in models else list(models.values())
+            if rule.precision is not None:
+                declared = list(dict.fromkeys(p.name for m in scope for p in m.precisions))
+                if scope and rule.precision not in declared:
+                    known = " (declared: " + ", ".join(declared) + ")"
+                    what = "unknown precision" if rule.precision not in PRECISIONS else "precision not declared"
+                    out.append(Finding(path + ("precision",), f"{what} '{rule.precision}'{known}",
+                                       did_you_mean(rule.precision, declared)))
+            if rule.profile_set is not None:
+                sets = list(dict.fromkeys(s for m in scope for s in m.profile_sets))
+                if scope and rule.profile_set not in sets:
+                    out.append(Finding(path + ("profile_set",), f"unknown profile set '{rule.profile_set}'"
+                                       f" (defined: {', '.join(sets)})", did_you_mean(rule.profile_set, sets)))
+
+
+def _matches(rule: MatrixRule, model: str, precision: str, target: str) -> bool:
+    # profile sets do not change what a builder can do, so a rule limited to one set still counts as a match
+    return ((rule.model is None or rule.model == model) and (rule.precision is None or rule.precision == precision)
+            and (rule.target is None or rule.target == target))
+
+
+def _live(manifest: CheckInput, model: str, precision: str, target: str) -> bool:
+    """Does the matrix keep this cell? All cells minus ``exclude``, plus any an ``include`` names again."""
+    if any(_matches(r, model, precision, target) for r in manifest.include):
+        return True
+    return not any(_matches(r, model, precision, target) and r.profile_set is None for r in manifest.exclude)
+
+
+def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list[Finding]) -> None:
+    for i, model in enumerate(manifest.models):
+        if model is None:
+            continue
+        for j, spec in enumerate(model.precisions):
+            if spec.name == "fp32":
+                continue
+            for t, target in enumerate(manifest.targets):
+                if target is None or t not in caps or not _live(manifest, model.name, spec.name, target.name):
+                    continue
+                problem = _route_problem(spec.name, spec.via, caps[t])
+                if problem:
+                    message, hint = problem
+                    who = f"{target.builder} {target.builder_version} (target '{target.name}')"
+                    out.append(Finding(("models", i, "precisions", j),
+                                       f"model '{model.name}' {spec.name}: {who} {message}",
+                                       hint + f"; or exclude it: matrix.exclude: [{{model: {model.name}, "
+                                       f"precision: {spec.name}, target: {target.name}}}]"))
+
+
+def _route_problem(name: str, via: str, caps: BuilderCapabilities) -> tuple[str, str] | None:
+    if via == "native" and name not in caps.native:
+        reason = caps.native_missing_reason.get(name, "")
+        alt = "use via: transform" if name in caps.via_transform else "use another target"
+        return f"cannot build {name} natively (via: native)", (reason + "; " if reason else "") + alt
+    if via == "transform" and name not in caps.via_transform:
+        alt = "use via: native" if name in caps.native else "use another target"
+        return f"cannot build {name} from a converted model (via: transform)", alt
+    if not caps.can(name):
+        return f"cannot build {name} at all", "drop the precision"
+    return None

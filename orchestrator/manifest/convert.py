@@ -1,0 +1,262 @@
+"""Schema-valid manifest data -> the typed model (``model.py``): defaults merged, paths made absolute.
+
+Pure: takes the parsed mapping and the manifest's folder, returns dataclasses plus findings for what a JSON
+Schema cannot say well (a compute capability YAML read as an integer, a target that is neither a CC, a CC list,
+a compatibility level nor a device). Only parts without schema errors are converted, so one typo in one model
+still lets every other model be checked.
+
+Values taken from ``defaults:`` are recorded in ``redirects`` (model path -> defaults path), so a problem in a
+defaulted value points at the line in ``defaults:`` that the user must edit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model import (BenchmarkGate, BuilderOptions, DataSource, DimConstraint, GateSettings, InputSpec, MatrixRule,
+                    Model, ParityGate, PrecisionSpec, Preprocess, ProfileShapes, RegistryConfig, RunnerLabels,
+                    RunnerPool, SourceModel, Target, Tolerance)
+from .positions import Finding, Path
+
+_CC = re.compile(r"^[0-9]+\.[0-9]$")
+
+
+@dataclass
+class Converted:
+    """What conversion produced; ``models[i]``/``targets[i]`` is None where that entry could not be typed."""
+
+    models: list[Model | None] = field(default_factory=list)
+    targets: list[Target | None] = field(default_factory=list)
+    include: list[MatrixRule] = field(default_factory=list)
+    exclude: list[MatrixRule] = field(default_factory=list)
+    registry: RegistryConfig | None = None
+    pools: list[RunnerPool] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    redirects: dict[Path, Path] = field(default_factory=dict)
+
+
+def _abs(base_dir: str, path: str) -> str:
+    return os.path.normpath(os.path.join(base_dir, os.path.expanduser(path)))
+
+
+def deep_merge(default: dict, own: dict, own_path: Path, default_path: Path, redirects: dict[Path, Path]) -> dict:
+    """``own`` over ``default``, mappings merged key by key; keys that came from the default are redirected."""
+    out = dict(own)
+    for key, value in default.items():
+        if key not in own:
+            out[key] = value
+            redirects[own_path + (key,)] = default_path + (key,)
+        elif isinstance(value, dict) and isinstance(own[key], dict):
+            out[key] = deep_merge(value, own[key], own_path + (key,), default_path + (key,), redirects)
+    return out
+
+
+def _data(raw: dict | None, base_dir: str) -> DataSource | None:
+    if raw is None:
+        return None
+    pre = raw.get("preprocess")
+    preprocess = None
+    if pre is not None:
+        preprocess = Preprocess(
+            resize=tuple(pre["resize"]) if "resize" in pre else None,
+            mean=tuple(float(v) for v in pre.get("mean", (0.0, 0.0, 0.0))),
+            std=tuple(float(v) for v in pre.get("std", (1.0, 1.0, 1.0))),
+            scale=float(pre.get("scale", 1.0 / 255.0)), layout=pre.get("layout", "NCHW"),
+            dtype=pre.get("dtype", "float32"), color=pre.get("color", "RGB"))
+    return DataSource(path=_abs(base_dir, raw["path"]) if "path" in raw else None, preprocess=preprocess,
+                      samples=raw.get("samples", 8), seed=raw.get("seed", 0))
+
+
+def _tolerance(raw: dict) -> Tolerance:
+    return Tolerance(atol=float(raw["atol"]), rtol=float(raw["rtol"]), min_cosine=raw.get("min_cosine"),
+                     max_rel_l2=raw.get("max_rel_l2"), topk=raw.get("topk"),
+                     min_topk_agreement=raw.get("min_topk_agreement"))
+
+
+def _gate(raw: dict, base_dir: str) -> GateSettings:
+    parity = raw.get("parity", {})
+    bench = raw.get("benchmark", {})
+    return GateSettings(
+        parity=ParityGate(
+            data=_data(parity.get("data"), base_dir) or DataSource(),
+            tolerances={k: _tolerance(v) for k, v in parity.get("tolerances", {}).items()},
+            per_output={k: _tolerance(v) for k, v in parity.get("per_output", {}).items()},
+            enabled=parity.get("enabled", True)),
+        benchmark=BenchmarkGate(
+            warmup=bench.get("warmup", 10), iterations=bench.get("iterations", 100),
+            time_budget_s=bench.get("time_budget_s"), shapes=tuple(bench.get("shapes", ("opt",))),
+            max_p95_ms=bench.get("max_p95_ms"), min_throughput=bench.get("min_throughput"),
+            max_regression_pct=bench.get("max_regression_pct"), enabled=bench.get("enabled", True)),
+        allow_ungated_publish=raw.get("allow_ungated_publish", False))
+
+
+def _precision(raw: str | dict) -> PrecisionSpec:
+    if isinstance(raw, str):
+        return PrecisionSpec(name=raw)
+    block = raw.get("op_block_list")
+    return PrecisionSpec(name=raw["name"], via=raw.get("via", "auto"), keep_io_types=raw.get("keep_io_types", True),
+                         op_block_list=tuple(block) if block is not None else None,
+                         calibration_method=raw.get("calibration_method", "entropy"))
+
+
+def _model(raw: dict, base_dir: str) -> Model:
+    inputs = tuple(
+        InputSpec(name=name, shape=tuple(spec["shape"]), dtype=spec.get("dtype", "float32"),
+                  profiles={p: ProfileShapes(tuple(s["min"]), tuple(s["opt"]), tuple(s["max"]))
+                            for p, s in spec.get("profiles", {}).items()})
+        for name, spec in raw["inputs"].items())
+    names = list(dict.fromkeys(p for spec in inputs for p in spec.profiles))
+    # Default: each profile is its own one-profile set (one engine per profile); a static model still needs one
+    # (empty) set, or it would have no cells at all.
+    sets = raw.get("profile_sets") or ({p: (p,) for p in names} if names else {"default": ()})
+    return Model(
+        name=raw["name"], version=raw["version"],
+        source=SourceModel(path=_abs(base_dir, raw["source"]["path"]), sha256=raw["source"].get("sha256")),
+        inputs=inputs,
+        constraints=tuple(DimConstraint(dim=d, multiple_of=c.get("multiple_of"), min=c.get("min"), max=c.get("max"))
+                          for d, c in raw.get("constraints", {}).items()),
+        precisions=tuple(_precision(p) for p in raw.get("precisions", ("fp32",))),
+        profile_sets={k: tuple(v) for k, v in sets.items()}, calibration=_data(raw.get("calibration"), base_dir),
+        gate=_gate(raw.get("gate", {}), base_dir), classifier_outputs=dict(raw.get("classifier_outputs", {})))
+
+
+def normalize_cc(value: Any, path: Path, findings: list[Finding], text: str | None) -> str | None:
+    """"8.9" stays; YAML float 8.9 -> "8.9"; integer 9 is refused (was it 9.0? 90?), quoted hint."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        findings.append(Finding(path, f"compute capability {value} is an integer",
+                                f'write it as a quoted "major.minor" string, e.g. "{value}.0"'))
+        return None
+    cc = repr(value) if isinstance(value, float) else str(value)
+    if not _CC.match(cc):
+        shown = text if text is not None else cc
+        findings.append(Finding(path, f"compute capability {shown!r} is not \"major.minor\"",
+                                'e.g. "8.9" or "12.0" (quote it so YAML keeps the digits)'))
+        return None
+    return cc
+
+
+def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]) -> Target | None:
+    path: Path = ("targets", i)
+    before = len(findings)
+    kinds = [k for k in ("compute_capability", "compute_capabilities", "device") if k in raw]
+    compat = raw.get("hardware_compatibility", "none")
+    if compat == "ampere_plus" and not kinds:
+        kinds.append("hardware_compatibility")
+    ccs: list[str] = []
+    if "compute_capability" in raw:
+        cc = normalize_cc(raw["compute_capability"], path + ("compute_capability",), findings,
+                          scalars.get(path + ("compute_capability",)))
+        ccs += [cc] if cc else []
+    for j, value in enumerate(raw.get("compute_capabilities", ())):
+        p = path + ("compute_capabilities", j)
+        cc = normalize_cc(value, p, findings, scalars.get(p))
+        ccs += [cc] if cc else []
+    if len(kinds) != 1:
+        given = ", ".join(kinds) if kinds else "none of them"
+        findings.append(Finding(path, f"a target needs exactly one of compute_capability, compute_capabilities, "
+                                      f"hardware_compatibility: ampere_plus or device (given: {given})",
+                                "e.g. compute_capability: \"8.9\", or device: cpu for onnxruntime"))
+    if compat == "same_compute_capability" and "compute_capability" not in raw:
+        findings.append(Finding(path + ("hardware_compatibility",),
+                                "same_compute_capability needs the compute_capability it is built for",
+                                'add compute_capability: "8.6" (TensorRT >= 10.9)'))
+    if compat != "none" and "device" in raw:
+        findings.append(Finding(path + ("hardware_compatibility",), "a device target has no compatibility level"))
+    version = raw["builder_version"]
+    if len(findings) > before:
+        return None
+    runners = raw.get("runners", {"build": []})
+    return Target(
+        name=raw["name"], builder=raw["builder"], builder_version=version, compute_capabilities=tuple(ccs),
+        hardware_compatibility=compat, device=raw.get("device", "gpu"),
+        runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
+        options=_options(raw.get("options", {})))
+
+
+def _options(raw: dict) -> BuilderOptions:
+    return BuilderOptions(**{k: (dict(v) if k == "extra" else v) for k, v in raw.items()})
+
+
+def _rule(raw: dict) -> MatrixRule:
+    return MatrixRule(model=raw.get("model"), precision=raw.get("precision"), profile_set=raw.get("profile_set"),
+                      target=raw.get("target"))
+
+
+def _invalid(bad: set[Path], prefix: Path) -> bool:
+    return any(p[:len(prefix)] == prefix for p in bad)
+
+
+def default_registry_dir(manifest_file: str) -> str:
+    """The embedded default store: ``<repo>/artifacts`` for ``<repo>/manifests/x.yaml``, else next to the file."""
+    folder = os.path.dirname(manifest_file)
+    if os.path.basename(folder) == "manifests":
+        return os.path.join(os.path.dirname(folder), "artifacts")
+    return os.path.join(folder, "artifacts")
+
+
+def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, str]) -> Converted:
+    """``bad``: manifest paths that have schema errors; entries under them are skipped, not guessed."""
+    out = Converted()
+    base_dir = os.path.dirname(manifest_file)
+    defaults = data.get("defaults", {}) if not _invalid(bad, ("defaults",)) else None
+    for i, raw in enumerate(data.get("models", [])):
+        if defaults is None or _invalid(bad, ("models", i)) or not isinstance(raw, dict):
+            out.models.append(None)
+            continue
+        path: Path = ("models", i)
+        if "precisions" not in raw and "precisions" in defaults:
+            raw = {**raw, "precisions": defaults["precisions"]}
+            out.redirects[path + ("precisions",)] = ("defaults", "precisions")
+        if "gate" in defaults:
+            raw = {**raw, "gate": deep_merge(defaults["gate"], raw.get("gate", {}), path + ("gate",),
+                                             ("defaults", "gate"), out.redirects)}
+        out.models.append(_model(raw, base_dir))
+    for i, raw in enumerate(data.get("targets", [])):
+        if defaults is None or _invalid(bad, ("targets", i)) or not isinstance(raw, dict):
+            out.targets.append(None)
+            continue
+        path = ("targets", i)
+        if "runners" not in raw and "runners" in defaults:
+            raw = {**raw, "runners": defaults["runners"]}
+            out.redirects[path + ("runners",)] = ("defaults", "runners")
+        if "builder_options" in defaults:
+            own = raw.get("options", {})
+            merged = deep_merge(defaults["builder_options"], own, path + ("options",), ("defaults", "builder_options"),
+                                out.redirects)
+            raw = {**raw, "options": merged}
+        out.targets.append(_target(raw, i, scalars, out.findings))
+    if not _invalid(bad, ("matrix",)):
+        out.include = [_rule(r) for r in data.get("matrix", {}).get("include", ())]
+        out.exclude = [_rule(r) for r in data.get("matrix", {}).get("exclude", ())]
+    if not _invalid(bad, ("registry",)):
+        out.registry = _registry(data.get("registry", {}), manifest_file, out.findings)
+    if not _invalid(bad, ("runners",)):
+        for i, raw in enumerate(data.get("runners", ())):
+            p: Path = ("runners", i, "compute_capability")
+            cc = raw.get("compute_capability")
+            cc = normalize_cc(cc, p, out.findings, scalars.get(p)) if cc is not None else None
+            out.pools.append(RunnerPool(labels=tuple(raw["labels"]), compute_capability=cc, gpu=raw.get("gpu"),
+                                        tensorrt=raw.get("tensorrt"), tensorrt_rtx=raw.get("tensorrt_rtx")))
+    return out
+
+
+def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> RegistryConfig:
+    store = raw.get("store", "local")
+    base_dir = os.path.dirname(manifest_file)
+    if store == "oci" and "url" not in raw:
+        findings.append(Finding(("registry",), "an oci registry needs a url",
+                                "e.g. url: 127.0.0.1:5000/engines"))
+    if store == "local" and "url" in raw:
+        findings.append(Finding(("registry", "url"), "a local store takes a path, not a url",
+                                "use store: oci for a registry url"))
+    path = raw.get("path")
+    if store == "local":
+        path = _abs(base_dir, path) if path else default_registry_dir(manifest_file)
+    elif path is not None:
+        path = _abs(base_dir, path)
+    return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False))

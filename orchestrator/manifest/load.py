@@ -1,0 +1,164 @@
+"""Loading manifests: the I/O edge. Reads the file, parses with positions, validates against the schema,
+converts, runs the semantic checks, checks model and data files on disk (existence, sha256 pins), and turns
+every finding into a positioned ``Problem``. Raises one ``ManifestError`` carrying all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from ..errors import ManifestError, Problem
+from .checks import CapabilitiesFn, CheckInput, check
+from .convert import convert
+from .model import Manifest
+from .positions import Finding, Path, SourceMap, parse_yaml, render_path
+from .schema import kind_of, schema_findings
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """One file's outcome: the manifest (None when it has problems), its problems, and where each model and
+    target name is written (for duplicates across files)."""
+
+    manifest: Manifest | None
+    problems: tuple[Problem, ...]
+    names: dict[tuple[str, str], Problem]  # ("model"|"target", name) -> a Problem positioned at that name
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _redirect(path: Path, redirects: dict[Path, Path]) -> Path:
+    for n in range(len(path), 0, -1):
+        if path[:n] in redirects:
+            return redirects[path[:n]] + path[n:]
+    return path
+
+
+def _problem(finding: Finding, source: SourceMap, redirects: dict[Path, Path]) -> Problem:
+    path = _redirect(finding.path, redirects)
+    line, col = finding.mark or source.locate(path, key=finding.at_key)
+    return Problem(source.file, line, col, render_path(path), finding.message, finding.hint)
+
+
+def _display_name(path: str) -> str:
+    """Relative to the working directory when below it (what people type), else absolute."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _file_findings(models, targets) -> list[Finding]:
+    """Existence and sha256 pins of model files, and existence of data folders; done only for typed models."""
+    out: list[Finding] = []
+    for i, model in enumerate(models):
+        if model is None:
+            continue
+        path: Path = ("models", i, "source", "path")
+        src = model.source.path
+        if not os.path.isfile(src):
+            what = "is a folder, not a file" if os.path.isdir(src) else "not found"
+            out.append(Finding(path, f"model file {what}: {src}",
+                               "fix the path (relative paths start at the manifest's folder), or fetch the model "
+                               "first (scripts/fetch_models.py for the demo models)"))
+        elif model.source.sha256 is not None:
+            try:
+                actual = _sha256(src)
+            except OSError as e:
+                out.append(Finding(path, f"cannot read model file: {e.strerror}: {src}"))
+            else:
+                if actual != model.source.sha256:
+                    out.append(Finding(("models", i, "source", "sha256"),
+                                       f"sha256 mismatch: the file has {actual}",
+                                       "the model changed; update the pin if the new file is intended"))
+        data_paths = [(("models", i, "calibration", "path"), model.calibration),
+                      (("models", i, "gate", "parity", "data", "path"), model.gate.parity.data)]
+        for dpath, data in data_paths:
+            if data is not None and data.path is not None and not os.path.exists(data.path):
+                out.append(Finding(dpath, f"data path not found: {data.path}",
+                                   "a folder of .npy/.npz files or images, or one .npz file"))
+    return out
+
+
+def _names(data: dict, section: str) -> list[str | None]:
+    entries = data.get(section)
+    if not isinstance(entries, list):
+        return []
+    return [e["name"] if isinstance(e, dict) and isinstance(e.get("name"), str) else None for e in entries]
+
+
+def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_names: Sequence[str]) -> LoadedManifest:
+    file = os.path.abspath(os.fspath(path))
+    shown = _display_name(file)
+    try:
+        with open(file, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        problem = Problem(shown, None, None, "", f"cannot read manifest: {e.strerror or e}")
+        return LoadedManifest(None, (problem,), {})
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        problem = Problem(shown, None, None, "", f"the manifest is not UTF-8 text (byte {e.start})")
+        return LoadedManifest(None, (problem,), {})
+    parsed = parse_yaml(text, shown)
+    source = parsed.source
+    findings = list(parsed.findings)
+    data = parsed.data
+    redirects: dict[Path, Path] = {}
+    manifest = None
+    if data is not None and not isinstance(data, dict):
+        findings.append(Finding((), f"the manifest must be a mapping of keys, got a {kind_of(data)}",
+                                "start with `manifest_version: 1`"))
+    elif data is not None:
+        schema_errors = schema_findings(data, source)
+        findings += schema_errors
+        # Entries with schema errors (or with findings of the parse, such as duplicate keys) are not converted.
+        bad = {f.path for f in findings}
+        converted = convert(data, file, bad, source.scalars)
+        redirects = converted.redirects
+        findings += converted.findings
+        findings += check(CheckInput(converted.models, converted.targets, _names(data, "models"),
+                                     _names(data, "targets"), converted.include, converted.exclude),
+                          capabilities=capabilities, builder_names=builder_names)
+        findings += _file_findings(converted.models, converted.targets)
+        if not findings:
+            manifest = Manifest(
+                file=file, project=data.get("project", os.path.splitext(os.path.basename(file))[0]),
+                models=tuple(converted.models), targets=tuple(converted.targets),
+                include=tuple(converted.include), exclude=tuple(converted.exclude),
+                registry=converted.registry, runner_pools=tuple(converted.pools), salt=data.get("salt", ""))
+    problems = tuple(_problem(f, source, redirects) for f in findings)
+    names: dict[tuple[str, str], Problem] = {}
+    if isinstance(data, dict):
+        for section, what in (("models", "model"), ("targets", "target")):
+            for i, name in enumerate(_names(data, section)):
+                if name is not None:
+                    names.setdefault((what, name), _problem(Finding((section, i, "name"), ""), source, {}))
+    return LoadedManifest(manifest, problems, names)
+
+
+def load_all(paths: Iterable[str | os.PathLike], *, capabilities: CapabilitiesFn,
+             builder_names: Sequence[str]) -> tuple[Manifest, ...]:
+    loaded = [load_one(p, capabilities=capabilities, builder_names=builder_names) for p in paths]
+    problems = [p for one in loaded for p in one.problems]
+    first: dict[tuple[str, str], Problem] = {}
+    for one in loaded:
+        for key, where in one.names.items():
+            if key not in first:
+                first[key] = where
+                continue
+            other = first[key]
+            what, name = key
+            hint = f"{what} names must be unique across manifests planned together; rename one"
+            problems.append(Problem(where.file, where.line, where.column, where.path,
+                                    f"{what} '{name}' is also defined at {other.location()}", hint))
+            problems.append(Problem(other.file, other.line, other.column, other.path,
+                                    f"{what} '{name}' is also defined at {where.location()}", hint))
+    if problems:
+        raise ManifestError(problems)
+    return tuple(one.manifest for one in loaded if one.manifest is not None)
