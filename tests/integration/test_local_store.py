@@ -1,0 +1,122 @@
+"""The local directory store, on a real directory: publish, pull, integrity, idempotence, versions, retention."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from registry_server import flip_byte, make_artifact
+
+from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
+from orchestrator.manifest.model import RegistryConfig
+from orchestrator.metadata import InvalidMetadataError
+from trt_orchestrator_plugins.stores.local import LocalStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LocalStore(RegistryConfig(store="local", path=str(tmp_path / "artifacts")))
+
+
+def test_publish_then_pull_by_address_and_by_digest(store, tmp_path):
+    files = make_artifact(tmp_path / "build", size=3 * 1024 * 1024)
+    stored = store.put(files)
+    meta = files.metadata
+    assert stored.digest == meta["engine"]["digest"]
+    assert stored.metadata["attachments"][0]["role"] == "log"
+    assert (store.root / "meta" / f"{meta['build_key']}.json").exists()
+    hexes = sorted(p.name for p in store.blobs.iterdir())
+    assert hexes == sorted(d.split(":")[1] for d in (stored.digest, stored.metadata["attachments"][0]["digest"]))
+
+    [found] = store.find(address=meta["address"])
+    out = tmp_path / "pulled" / "by-address.plan"
+    store.get(found.digest, out)
+    assert out.read_bytes() == files.engine.read_bytes()
+
+    out2 = tmp_path / "by-digest.plan"
+    got = store.get(stored.digest.split(":")[1], out2)  # bare hex is accepted too
+    assert out2.read_bytes() == files.engine.read_bytes()
+    assert got.metadata["build_key"] == meta["build_key"]
+
+    entry = store.index().latest_by_address()[meta["address"]]
+    assert (entry.build_key, entry.digest, entry.key_inputs) == (meta["build_key"], stored.digest,
+                                                                 meta["key_inputs"])
+
+
+def test_republish_is_idempotent(store, tmp_path):
+    files = make_artifact(tmp_path / "b")
+    first = store.put(files)
+    token = store.index().state_token()
+    again = store.put(files)
+    assert again == first
+    assert store.index().state_token() == token
+    assert len(list(store.list())) == 1
+    assert len(list((store.root / "meta").iterdir())) == 1
+
+
+def test_flipped_byte_fails_integrity_and_leaves_dest_untouched(store, tmp_path):
+    files = make_artifact(tmp_path / "b")
+    stored = store.put(files)
+    flip_byte(store.blob_path(stored.digest))
+    dest = tmp_path / "deploy.plan"
+    dest.write_bytes(b"the engine that was here before")
+    with pytest.raises(IntegrityError) as exc:
+        store.get(stored.digest, dest)
+    text = str(exc.value)
+    assert text.startswith(f"{files.metadata['address']}: engine {stored.digest} failed its integrity check")
+    assert dest.read_bytes() == b"the engine that was here before"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".deploy")] == []  # no temp left behind
+
+
+def test_versions_are_immutable_and_latest_moves_only_forward(store, tmp_path):
+    v4 = store.put(make_artifact(tmp_path / "a", version="4.0.0"))
+    v4b = store.put(make_artifact(tmp_path / "b", version="4.0.0", builder_version="10.13.3.10"))
+    v5 = store.put(make_artifact(tmp_path / "c", version="5.0.0"))
+    v4c = store.put(make_artifact(tmp_path / "d", version="4.0.0", salt="rebuild"))  # rebuild of the older one
+    assert len({a.metadata["build_key"] for a in (v4, v4b, v5, v4c)}) == 4
+    assert [a.metadata["build_key"] for a in store.find(model="ocr-det", version="4.0.0")] == [
+        v4c.metadata["build_key"], v4b.metadata["build_key"], v4.metadata["build_key"]]
+    assert [a.digest for a in store.find(model="ocr-det", version="latest")] == [v5.digest]
+    # latest per address: the newest publish for it
+    address = v4.metadata["address"]
+    assert store.index().latest_by_address()[address].build_key == v4c.metadata["build_key"]
+    assert store.find(model="ocr-det", labels={"precision": "fp32"}) == []
+    with pytest.raises(StoreError, match="unknown label"):
+        store.find(labels={"colour": "red"})
+
+
+def test_bad_metadata_and_changed_engine_are_refused(store, tmp_path):
+    files = make_artifact(tmp_path / "b")
+    bad = dict(files.metadata, precision="fp64")
+    with pytest.raises(InvalidMetadataError, match=r"\$\.precision"):
+        store.put(type(files)(engine=files.engine, metadata=bad))
+    with open(files.engine, "ab") as f:
+        f.write(b"appended after the metadata was built")
+    with pytest.raises(IntegrityError, match="its metadata says"):
+        store.put(files)
+    assert store.index().latest_by_address() == {}
+    assert [p.name for p in store.blobs.iterdir()] == []
+
+
+def test_missing_digest_and_missing_path(store, tmp_path):
+    with pytest.raises(ArtifactNotFoundError):
+        store.get("sha256:" + "0" * 64, tmp_path / "x")
+    with pytest.raises(StoreError, match="needs registry.path"):
+        LocalStore(RegistryConfig(store="local"))
+
+
+def test_delete_and_rebuild_index(store, tmp_path):
+    a = store.put(make_artifact(tmp_path / "a", precision="fp16"))
+    b = store.put(make_artifact(tmp_path / "b", precision="int8"))
+    assert store.delete([a.digest]) == 1
+    assert not store.blob_path(a.digest).exists()
+    assert store.blob_path(b.digest).exists()
+    assert set(store.index().latest_by_address()) == {b.metadata["address"]}
+    before = json.loads(store.index_path.read_text())
+    store.index_path.unlink()
+    store.rebuild_index()
+    after = json.loads(store.index_path.read_text())
+    assert after["artifacts"].keys() == before["artifacts"].keys()
+    assert after["latest"] == before["latest"] | {}  # same entries (seq renumbered consistently)
