@@ -7,7 +7,7 @@ same conversion of the same model), ``build``, ``gate:parity``, ``gate:benchmark
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from graphlib import TopologicalSorter
 from typing import Callable, Iterable, Mapping
 
@@ -35,6 +35,10 @@ class ResolveInputs:
 
 
 def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
+    # A CC list is a set: its order in the YAML must not move the cell to a new address (and so a rebuild).
+    ccs = tuple(sorted(target.compute_capabilities, key=_cc_tuple))
+    if ccs != target.compute_capabilities:
+        target = replace(target, compute_capabilities=ccs)
     return f"{model}/{precision}/{profile_set}@{target.slug}"
 
 
@@ -154,7 +158,9 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             profiles = _profiles(model, set_name)
 
             prepare_id = f"prepare:{model.name}@{model.version}"
-            nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
+            blocked = _blocked_reason(manifest, target, spec, route, caps)
+            if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
+                nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
 
             transform_id = None
             transform_inputs = None
@@ -174,8 +180,9 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 }
                 tkey = digest_of(transform_inputs)
                 transform_id = f"transform:{model.name}/{kind}#{tkey[:12]}"
-                nodes.setdefault(transform_id, Node(transform_id, "transform", (prepare_id,), tkey,
-                                                    model=model.name, transform_kind=kind))
+                if not blocked:
+                    nodes.setdefault(transform_id, Node(transform_id, "transform", (prepare_id,), tkey,
+                                                        model=model.name, transform_kind=kind))
             native_calib = None
             if route == "native" and spec.name == "int8" and model.calibration and model.calibration.path:
                 native_calib = inputs.data_digests.get(model.calibration.path)
@@ -199,7 +206,6 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 "salt": manifest.salt,
             }
             key = build_key(key_inputs)
-            blocked = _blocked_reason(manifest, target, spec, route, caps)
             cells.append(Cell(address=address, manifest=manifest.file, model=model.name,
                               model_version=model.version, model_path=model.source.path, precision=spec,
                               profile_set=set_name, profiles=profiles, target=target, route=route or "none",
