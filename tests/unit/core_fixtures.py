@@ -6,8 +6,11 @@ these; keep the defaults boring and stable (tests assert exact addresses and key
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
+# orchestrator.manifest first: its package imports builders, and builders imports manifest.model back
+import orchestrator.manifest  # noqa: F401  (import order, see above)
 from orchestrator.builders import BuilderCapabilities
 from orchestrator.manifest.model import (
     BuilderOptions,
@@ -95,14 +98,19 @@ def manifest(models: tuple[Model, ...] | list[Model], targets: tuple[Target, ...
                     runner_pools=tuple(runner_pools), salt=salt)
 
 
+def path_digest(path: str) -> str:
+    """The stand-in model digest of a path: stable, distinct per path, independent of declaration order."""
+    return "sha256:" + hashlib.sha256(path.encode()).hexdigest()
+
+
 def inputs_for(*manifests: Manifest, digests: dict[str, str] | None = None,
                data: dict[str, str] | None = None, tools: dict[str, str] | None = None,
                plugin_libraries: dict[str, str] | None = None) -> ResolveInputs:
-    """ResolveInputs with a distinct literal digest per model path (sha256:<hex of the path's index>)."""
+    """ResolveInputs with a distinct literal digest per model path (``path_digest``), whatever the order."""
     found: dict[str, str] = {}
     for m in manifests:
         for mod in m.models:
-            found.setdefault(mod.source.path, "sha256:" + format(len(found) + 1, "064x"))
+            found.setdefault(mod.source.path, path_digest(mod.source.path))
     found.update(digests or {})
     calib: dict[str, str] = {}
     for m in manifests:
