@@ -1,0 +1,221 @@
+"""Parity metrics: compare one engine output with the reference output, pure numpy.
+
+:func:`compare_output` takes every (engine, reference) pair of one output in one input case (several samples)
+and returns an :class:`~orchestrator.gates.verdict.OutputVerdict`: max/mean abs error, relative L2 (reference
+norm floored at ``√n·atol``), cosine similarity, top-1/top-k agreement for classifier outputs, the fraction of
+elements violating ``|a−b| ≤ atol + rtol·|b|`` (the primary criterion), and the five worst elements ranked by
+how much of their tolerance they use (``|a−b| / (atol + rtol·|b|)``). See ``tolerances`` for the rules.
+
+All sums run in float64, so fp16 engine outputs compare without overflow. Samples are aggregated exactly
+(sums, not averages of averages); a worst element's index starts with the sample number.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .tolerances import ResolvedTolerance
+from .verdict import OutputVerdict, WorstElement
+
+WORST_COUNT = 5
+
+
+def violation_mask(engine: np.ndarray, reference: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """True where ``|engine − reference| > atol + rtol·|reference|``; NaN/Inf in either always violate."""
+    a = np.asarray(engine, dtype=np.float64)
+    b = np.asarray(reference, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.abs(a - b) <= atol + rtol * np.abs(b)
+    return ~ok  # comparisons with NaN are False, so NaN lands in the mask
+
+
+def relative_l2(engine: np.ndarray, reference: np.ndarray, floor: float = 0.0) -> float:
+    """``‖a−b‖₂ / max(‖b‖₂, floor)``; 0 when both are zero."""
+    a = np.asarray(engine, dtype=np.float64)
+    b = np.asarray(reference, dtype=np.float64)
+    return _rel_l2(float(np.sum((a - b) ** 2)), float(np.sum(b * b)), floor)
+
+
+def cosine_similarity(engine: np.ndarray, reference: np.ndarray) -> float:
+    """Cosine of the flattened tensors; 1.0 when both are all zero, 0.0 when only one is."""
+    a = np.asarray(engine, dtype=np.float64).ravel()
+    b = np.asarray(reference, dtype=np.float64).ravel()
+    return _cosine(float(a @ b), float(a @ a), float(b @ b))
+
+
+def topk_agreement(engine: np.ndarray, reference: np.ndarray, k: int) -> float:
+    """Mean over rows (all axes but the last) of ``|topk(engine) ∩ topk(reference)| / k``.
+
+    With ``k == 1`` this is top-1 agreement: the fraction of rows whose argmax is the same.
+    """
+    a = np.asarray(engine, dtype=np.float64)
+    b = np.asarray(reference, dtype=np.float64)
+    if a.ndim == 0 or a.shape[-1] == 0:
+        raise ValueError("top-k agreement needs a class axis (the last one)")
+    k = max(1, min(int(k), a.shape[-1]))
+    a2 = a.reshape(-1, a.shape[-1])
+    b2 = b.reshape(-1, b.shape[-1])
+    # NaN sorts last in argsort; negate so the largest come first, NaN stays last either way.
+    top_a = np.argsort(-a2, axis=-1, kind="stable")[:, :k]
+    top_b = np.argsort(-b2, axis=-1, kind="stable")[:, :k]
+    hits = [len(set(x.tolist()) & set(y.tolist())) for x, y in zip(top_a, top_b)]
+    return float(np.mean(hits) / k) if hits else 1.0
+
+
+def _rel_l2(diff_sq: float, ref_sq: float, floor: float) -> float:
+    denom = max(math.sqrt(ref_sq), floor)
+    if denom == 0.0:
+        return 0.0 if diff_sq == 0.0 else math.inf
+    return math.sqrt(diff_sq) / denom
+
+
+def _cosine(dot: float, a_sq: float, b_sq: float) -> float:
+    if a_sq == 0.0 and b_sq == 0.0:
+        return 1.0
+    if a_sq == 0.0 or b_sq == 0.0:
+        return 0.0
+    return max(-1.0, min(1.0, dot / math.sqrt(a_sq * b_sq)))
+
+
+@dataclass
+class _Sums:
+    count: int = 0
+    abs_sum: float = 0.0
+    max_abs: float = 0.0
+    diff_sq: float = 0.0
+    ref_sq: float = 0.0
+    eng_sq: float = 0.0
+    dot: float = 0.0
+    violations: int = 0
+    nan: int = 0
+    inf: int = 0
+    ref_nonfinite: int = 0
+    rows: int = 0
+    top1_hits: float = 0.0
+    topk_hits: float = 0.0
+    gated_hits: float = 0.0
+    worst: list = field(default_factory=list)  # heap of (ratio, tiebreak, WorstElement)
+
+
+def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], tolerance: ResolvedTolerance,
+                   *, classifier_k: int | None = None) -> OutputVerdict:
+    """Judge one output over every sample of one case. ``pairs`` are ``(engine, reference)`` arrays."""
+    s = _Sums()
+    reasons: list[str] = []
+    gated_k = None
+    if classifier_k is not None:
+        gated_k = tolerance.topk or classifier_k
+    tiebreak = 0
+    for sample, (engine, reference) in enumerate(pairs):
+        a = np.asarray(engine)
+        b = np.asarray(reference)
+        if a.shape != b.shape:
+            reasons.append(f"sample {sample}: engine output shape {list(a.shape)} != reference {list(b.shape)}")
+            continue
+        a = a.astype(np.float64, copy=False)
+        b = b.astype(np.float64, copy=False)
+        s.nan += int(np.isnan(a).sum())
+        s.inf += int(np.isinf(a).sum())
+        s.ref_nonfinite += int((~np.isfinite(b)).sum())
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(a - b)
+            budget = tolerance.atol + tolerance.rtol * np.abs(b)
+            ratio = diff / budget  # budget > 0 unless atol == rtol == 0
+        finite = np.isfinite(diff)
+        s.count += a.size
+        s.violations += int(np.count_nonzero(~(diff <= budget)))
+        if finite.any():
+            fd = diff[finite]
+            s.abs_sum += float(fd.sum())
+            s.max_abs = max(s.max_abs, float(fd.max()))
+            s.diff_sq += float(np.sum(fd * fd))
+            fa, fb = a[finite], b[finite]
+            s.ref_sq += float(np.sum(fb * fb))
+            s.eng_sq += float(np.sum(fa * fa))
+            s.dot += float(np.sum(fa * fb))
+        # Rank by tolerance used; non-finite errors rank first.
+        ratio = np.where(np.isnan(ratio) | ~finite, np.inf, ratio)
+        flat = ratio.ravel()
+        take = min(WORST_COUNT, flat.size)
+        if take:
+            idx = np.argpartition(-flat, take - 1)[:take]
+            for i in idx:
+                index = (sample, *np.unravel_index(int(i), a.shape)) if a.ndim else (sample,)
+                element = WorstElement(index=tuple(int(x) for x in index), engine=float(a.flat[i]),
+                                       reference=float(b.flat[i]), abs_error=float(diff.flat[i]),
+                                       tolerance_ratio=float(flat[i]))
+                item = (float(flat[i]), -tiebreak, element)
+                tiebreak += 1
+                if len(s.worst) < WORST_COUNT:
+                    heapq.heappush(s.worst, item)
+                else:
+                    heapq.heappushpop(s.worst, item)
+        if classifier_k is not None and a.ndim >= 1 and a.shape[-1] > 0:
+            rows = int(np.prod(a.shape[:-1]))
+            s.rows += rows
+            s.top1_hits += topk_agreement(a, b, 1) * rows
+            s.topk_hits += topk_agreement(a, b, classifier_k) * rows
+            s.gated_hits += topk_agreement(a, b, gated_k) * rows
+
+    floor = math.sqrt(s.count) * tolerance.atol
+    rel_l2 = _rel_l2(s.diff_sq, s.ref_sq, floor)
+    cosine = _cosine(s.dot, s.eng_sq, s.ref_sq)
+    cosine_gated = max(math.sqrt(s.eng_sq), math.sqrt(s.ref_sq)) > floor
+    fraction = s.violations / s.count if s.count else 0.0
+    top1 = s.top1_hits / s.rows if s.rows else None
+    topk = s.topk_hits / s.rows if s.rows else None
+    gated = s.gated_hits / s.rows if s.rows else None
+
+    if s.nan or s.inf:
+        reasons.append(f"engine output has {s.nan} NaN and {s.inf} Inf values (always fails)")
+    if s.ref_nonfinite:
+        reasons.append(f"reference output has {s.ref_nonfinite} non-finite values: the fp32 model itself "
+                       "overflows on these inputs; fix the inputs or the model")
+    if s.count and fraction > tolerance.max_violation_fraction:
+        reasons.append(
+            f"{s.violations} of {s.count} elements ({fraction:.4%}) violate |a-b| <= {tolerance.atol:g} + "
+            f"{tolerance.rtol:g}*|b| (allowed {tolerance.max_violation_fraction:.4%}); max abs error "
+            f"{s.max_abs:.4g}")
+    if tolerance.min_cosine is not None and cosine_gated and cosine < tolerance.min_cosine:
+        reasons.append(f"cosine similarity {cosine:.6f} < {tolerance.min_cosine:g}")
+    if tolerance.max_rel_l2 is not None and rel_l2 > tolerance.max_rel_l2:
+        reasons.append(f"relative L2 {rel_l2:.4g} > {tolerance.max_rel_l2:g}")
+    if tolerance.min_topk_agreement is not None and gated is not None and gated < tolerance.min_topk_agreement:
+        reasons.append(f"top-{gated_k} agreement {gated:.4f} < {tolerance.min_topk_agreement:g}")
+    if s.count == 0 and not reasons:
+        reasons.append("no comparable samples")
+
+    worst = [item[2] for item in sorted(s.worst, key=lambda t: (-t[0], -t[1]))]
+    return OutputVerdict(
+        name=name,
+        status="failed" if reasons else "passed",
+        elements=s.count,
+        max_abs_error=s.max_abs if s.count else math.nan,
+        mean_abs_error=s.abs_sum / s.count if s.count else math.nan,
+        rel_l2=rel_l2,
+        rel_l2_floor=floor,
+        cosine=cosine,
+        cosine_gated=cosine_gated,
+        violations=s.violations,
+        violation_fraction=fraction,
+        nan_count=s.nan,
+        inf_count=s.inf,
+        top1_agreement=top1,
+        topk=classifier_k,
+        topk_agreement=topk,
+        gated_topk=gated_k,
+        gated_topk_agreement=gated,
+        worst=tuple(worst),
+        tolerance=tolerance,
+        reasons=tuple(reasons),
+    )
+
+
+__all__: Sequence[str] = (
+    "violation_mask", "relative_l2", "cosine_similarity", "topk_agreement", "compare_output", "WORST_COUNT",
+)

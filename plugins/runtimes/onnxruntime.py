@@ -1,0 +1,318 @@
+"""The onnxruntime runtime: runs engines made by the ``onnxruntime`` builder (an ORT-optimised ONNX file).
+
+``can_run`` decides from the metadata and the fingerprint only (nothing is imported or deserialised): a CPU
+engine runs wherever onnxruntime is installed; a CUDA engine needs a GPU and ``CUDAExecutionProvider``.
+Metadata keys read: ``builder`` (must be ``onnxruntime`` when present) and the engine's device, from
+``device`` or ``target.device`` (``cpu`` when absent).
+
+Timing (``Session.benchmark``):
+
+* CPU — ``time.perf_counter_ns`` around each iteration. *compute*: ``run_with_iobinding`` with inputs and
+  preallocated outputs bound once (no feed conversion, no output allocation). *end-to-end*: ``session.run`` with
+  numpy feeds, outputs returned as new numpy arrays.
+* CUDA EP — when torch or CuPy is importable: inputs/outputs live in device buffers bound through IOBinding, ORT
+  runs on the caller's stream (``user_compute_stream``) and CUDA events bracket each iteration. *compute*:
+  ``run_with_iobinding`` alone; *end-to-end*: pinned host→device copies, the run, device→host copies.
+  ``device_memory_bytes`` is the drop in free device memory from before the session was created to after
+  warm-up (process-wide, so it includes the buffers and ORT's arena). Without torch/CuPy the CUDA engine is
+  timed like CPU (perf_counter around ``session.run``, which includes the copies) and ``clock`` says so.
+
+``onnxruntime`` (and torch/CuPy) are imported inside functions only; its errors become ``GateError``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from orchestrator.errors import GateError
+from orchestrator.hardware import RunnerFingerprint
+from orchestrator.runtimes import RuntimeOptions, Timing
+
+NAME = "onnxruntime"
+
+
+def _engine_device(metadata: dict) -> str:
+    target = metadata.get("target") if isinstance(metadata.get("target"), dict) else {}
+    return str(metadata.get("device") or target.get("device") or "cpu")
+
+
+class OnnxRuntimeRuntime:
+    name = NAME
+
+    def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
+        builder = metadata.get("builder")
+        if builder not in (None, NAME):
+            return f"engine was built by {builder!r}, not onnxruntime"
+        if fingerprint.onnxruntime is None:
+            return "onnxruntime is not installed (pip install 'trt-orchestrator[ort]')"
+        device = _engine_device(metadata)
+        if device == "cpu":
+            return None
+        if device in ("cuda", "gpu"):
+            if not fingerprint.has_gpu:
+                return "CUDA engine needs an NVIDIA GPU; this runner has none"
+            if "CUDAExecutionProvider" not in fingerprint.onnxruntime_providers:
+                have = ", ".join(fingerprint.onnxruntime_providers) or "none"
+                return f"CUDA engine needs onnxruntime's CUDAExecutionProvider (install onnxruntime-gpu); have {have}"
+            return None
+        return f"unknown engine device {device!r} (expected cpu or cuda)"
+
+    def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> "OrtSession":
+        device = "cuda" if options.device == "cuda" or _engine_device(metadata) in ("cuda", "gpu") else "cpu"
+        return OrtSession(Path(engine_path), device)
+
+
+class OrtSession:
+    def __init__(self, path: Path, device: str):
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise GateError("onnxruntime is not installed", hint="pip install 'trt-orchestrator[ort]'") from e
+        self.device = device
+        self._ort = ort
+        self._gpu = _device_backend() if device == "cuda" else None
+        self._free_before = self._gpu.free_bytes() if self._gpu else None
+        if device == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise GateError("onnxruntime has no CUDAExecutionProvider here",
+                                hint="install onnxruntime-gpu and a matching CUDA/cuDNN")
+            cuda_opts: dict = {"device_id": 0}
+            if self._gpu is not None:
+                cuda_opts["user_compute_stream"] = str(self._gpu.stream_handle())
+            providers = [("CUDAExecutionProvider", cuda_opts), "CPUExecutionProvider"]
+        else:
+            providers = ["CPUExecutionProvider"]
+        try:
+            self._session = ort.InferenceSession(str(path), providers=providers)
+        except Exception as e:  # onnxruntime raises its own pybind Fail/InvalidGraph/NoSuchFile families
+            raise GateError(f"onnxruntime cannot load {path.name}: {e}",
+                            hint="rebuild the engine with this onnxruntime version") from e
+        self.input_names = tuple(i.name for i in self._session.get_inputs())
+        self.output_names = tuple(o.name for o in self._session.get_outputs())
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+        try:
+            values = self._session.run(None, feeds)
+        except Exception as e:
+            raise GateError(f"onnxruntime run failed: {e}") from e
+        return dict(zip(self.output_names, values))
+
+    def benchmark(self, inputs: Mapping[str, np.ndarray], *, warmup: int, iterations: int,
+                  time_budget_s: float | None) -> Timing:
+        """``iterations`` timed runs per series, or as many as fit ``time_budget_s`` (at least one) when set."""
+        feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+        if self.device == "cuda" and self._gpu is not None:
+            return self._benchmark_cuda(feeds, warmup, iterations, time_budget_s)
+        return self._benchmark_host(feeds, warmup, iterations, time_budget_s)
+
+    # -- CPU (and CUDA without torch/CuPy): host clock ------------------------------------------------------
+
+    def _benchmark_host(self, feeds, warmup, iterations, budget) -> Timing:
+        sess = self._session
+        first = sess.run(None, feeds)
+        binding = sess.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        for name, ref in zip(self.output_names, first):
+            value = self._ort.OrtValue.ortvalue_from_numpy(np.empty_like(ref))
+            binding.bind_ortvalue_output(name, value)
+        for _ in range(max(0, warmup)):
+            sess.run_with_iobinding(binding)
+            sess.run(None, feeds)
+        compute = _timed(lambda: sess.run_with_iobinding(binding), iterations, budget)
+        e2e = _timed(lambda: sess.run(None, feeds), iterations, budget)
+        if self.device == "cuda":
+            # Without torch/CuPy the inputs are host arrays: ORT copies them in and out on every run.
+            return Timing(compute_ms=e2e, end_to_end_ms=e2e, clock="perf_counter_ns",
+                          extra={"note": "cuda without torch/cupy: host clock, copies included in both series"})
+        return Timing(compute_ms=compute, end_to_end_ms=e2e, clock="perf_counter_ns",
+                      extra={"providers": list(sess.get_providers())})
+
+    # -- CUDA EP with device buffers and CUDA events ---------------------------------------------------------
+
+    def _benchmark_cuda(self, feeds, warmup, iterations, budget) -> Timing:
+        gpu, sess = self._gpu, self._session
+        first = sess.run(None, feeds)
+        binding = sess.io_binding()
+        host_in, dev_in = {}, {}
+        for name, arr in feeds.items():
+            host_in[name] = gpu.pinned_copy(arr)
+            dev_in[name] = gpu.to_device(arr)
+            binding.bind_input(name, "cuda", 0, arr.dtype, arr.shape, gpu.pointer(dev_in[name]))
+        host_out, dev_out = {}, {}
+        for name, ref in zip(self.output_names, first):
+            dev_out[name] = gpu.empty(ref.shape, ref.dtype)
+            host_out[name] = gpu.pinned_copy(ref)
+            binding.bind_output(name, "cuda", 0, ref.dtype, ref.shape, gpu.pointer(dev_out[name]))
+
+        def compute() -> None:
+            sess.run_with_iobinding(binding)
+
+        def end_to_end() -> None:
+            for name in feeds:
+                gpu.copy_async(dev_in[name], host_in[name])
+            sess.run_with_iobinding(binding)
+            for name in dev_out:
+                gpu.copy_async(host_out[name], dev_out[name])
+
+        for _ in range(max(0, warmup)):
+            end_to_end()
+        gpu.synchronize()
+        used = None if self._free_before is None else max(0, self._free_before - gpu.free_bytes())
+        compute_ms = _timed_events(gpu, compute, iterations, budget)
+        e2e_ms = _timed_events(gpu, end_to_end, iterations, budget)
+        return Timing(compute_ms=compute_ms, end_to_end_ms=e2e_ms, clock="cuda_event", device_memory_bytes=used,
+                      extra={"providers": list(sess.get_providers()), "device_buffers": gpu.name})
+
+    def close(self) -> None:
+        self._session = None
+
+
+def _timed(fn, iterations: int, budget: float | None) -> tuple[float, ...]:
+    out: list[float] = []
+    deadline = time.perf_counter_ns() + int(budget * 1e9) if budget else None
+    while True:
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+        if deadline is not None:
+            if time.perf_counter_ns() >= deadline:
+                return tuple(out)
+        elif len(out) >= max(1, iterations):
+            return tuple(out)
+
+
+def _timed_events(gpu, fn, iterations: int, budget: float | None) -> tuple[float, ...]:
+    out: list[float] = []
+    deadline = time.perf_counter_ns() + int(budget * 1e9) if budget else None
+    while True:
+        start, end = gpu.event(), gpu.event()
+        gpu.record(start)
+        fn()
+        gpu.record(end)
+        out.append(gpu.elapsed_ms(start, end))  # synchronises on end
+        if deadline is not None:
+            if time.perf_counter_ns() >= deadline:
+                return tuple(out)
+        elif len(out) >= max(1, iterations):
+            return tuple(out)
+
+
+def _device_backend():
+    """torch, else CuPy, else None: the device-buffer and event API the CUDA timing path needs."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return _TorchBackend(torch)
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return _CupyBackend(cupy)
+    except Exception:  # ImportError, or CuPy present without a usable driver
+        pass
+    return None
+
+
+class _TorchBackend:
+    name = "torch"
+
+    def __init__(self, torch):
+        self.t = torch
+        # A stream of our own (not the legacy default stream, handle 0) that ORT also runs on, so the events
+        # and copies recorded here order with ORT's kernels.
+        self.stream = torch.cuda.Stream()
+
+    def stream_handle(self) -> int:
+        return self.stream.cuda_stream
+
+    def free_bytes(self) -> int:
+        return int(self.t.cuda.mem_get_info()[0])
+
+    def to_device(self, arr):
+        return self.t.from_numpy(np.ascontiguousarray(arr)).to("cuda")
+
+    def empty(self, shape, dtype):
+        return self.t.from_numpy(np.empty(shape, dtype)).to("cuda")
+
+    def pinned_copy(self, arr):
+        return self.t.from_numpy(np.ascontiguousarray(arr)).pin_memory()
+
+    def pointer(self, tensor) -> int:
+        return tensor.data_ptr()
+
+    def copy_async(self, dst, src) -> None:
+        with self.t.cuda.stream(self.stream):
+            dst.copy_(src, non_blocking=True)
+
+    def event(self):
+        return self.t.cuda.Event(enable_timing=True)
+
+    def record(self, ev) -> None:
+        ev.record(self.stream)
+
+    def elapsed_ms(self, start, end) -> float:
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def synchronize(self) -> None:
+        self.t.cuda.synchronize()
+
+
+class _CupyBackend:
+    name = "cupy"
+
+    def __init__(self, cupy):
+        self.cp = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def stream_handle(self) -> int:
+        return self.stream.ptr
+
+    def free_bytes(self) -> int:
+        return int(self.cp.cuda.runtime.memGetInfo()[0])
+
+    def to_device(self, arr):
+        return self.cp.asarray(arr)
+
+    def empty(self, shape, dtype):
+        return self.cp.empty(shape, dtype=dtype)
+
+    def pinned_copy(self, arr):
+        mem = self.cp.cuda.alloc_pinned_memory(arr.nbytes)
+        out = np.frombuffer(mem, arr.dtype, arr.size).reshape(arr.shape)
+        out[...] = arr
+        return out
+
+    def pointer(self, arr) -> int:
+        return arr.data.ptr
+
+    def copy_async(self, dst, src) -> None:
+        if isinstance(dst, np.ndarray):
+            src.get(stream=self.stream, out=dst)
+        else:
+            dst.set(src, stream=self.stream)
+
+    def event(self):
+        return self.cp.cuda.Event()
+
+    def record(self, ev) -> None:
+        ev.record(self.stream)
+
+    def elapsed_ms(self, start, end) -> float:
+        end.synchronize()
+        return float(self.cp.cuda.get_elapsed_time(start, end))
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+
+runtime = OnnxRuntimeRuntime()
