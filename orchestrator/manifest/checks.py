@@ -219,8 +219,9 @@ def _matrix(manifest: CheckInput, out: list[Finding]) -> None:
                 declared = list(dict.fromkeys(p.name for m in scope for p in m.precisions))
                 if scope and rule.precision not in declared:
                     known = " (declared: " + ", ".join(declared) + ")"
-                    what = "unknown precision" if rule.precision not in PRECISIONS else "precision not declared"
-                    out.append(Finding(path + ("precision",), f"{what} '{rule.precision}'{known}",
+                    what = ("unknown precision '{}'" if rule.precision not in PRECISIONS
+                            else "precision '{}' is not declared by the models it names").format(rule.precision)
+                    out.append(Finding(path + ("precision",), what + known,
                                        did_you_mean(rule.precision, declared)))
             if rule.profile_set is not None:
                 sets = list(dict.fromkeys(s for m in scope for s in m.profile_sets))

@@ -136,7 +136,8 @@ class _Builder:
             if key in out:
                 first = self.source.keys[child]
                 self.findings.append(Finding(child, f"duplicate key '{key}' (first defined at line {first[0]})",
-                                             "each key may appear once; remove or rename one", at_key=True))
+                                             "each key may appear once; remove or rename one",
+                                             mark=_mark(key_node)))
                 continue
             self.source.keys[child] = _mark(key_node)
             out[key] = self.build(value_node, child, active)
@@ -154,7 +155,11 @@ def parse_yaml(text: str, file: str) -> Parsed:
         mark = e.problem_mark or e.context_mark
         where = (mark.line + 1, mark.column + 1) if mark is not None else None
         what = e.problem or e.context or "invalid YAML"
-        context = f" ({e.context})" if e.context and e.problem else ""
+        context = ""
+        if e.context and e.problem:
+            started = e.context_mark
+            at = f" at line {started.line + 1}" if started is not None and started is not mark else ""
+            context = f" ({e.context}{at})"
         return Parsed(None, source, (Finding((), f"YAML syntax error: {what}{context}", mark=where),))
     except yaml.YAMLError as e:  # a reader error (e.g. a control character) has a position but no mark
         return Parsed(None, source, (Finding((), f"YAML error: {e}"),))

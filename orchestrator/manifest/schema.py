@@ -90,7 +90,12 @@ def _translate(error: ValidationError, source: SourceMap) -> Iterator[Finding]:
     kw = error.validator
     value = error.instance
     sch = error.schema if isinstance(error.schema, dict) else {}
-    if kw in ("anyOf", "oneOf"):
+    if "propertyNames" in error.schema_path and isinstance(value, str):
+        # jsonschema judges the key itself and reports it at the mapping; point at the key
+        choices = [str(c) for c in _resolve(sch).get("enum", [])] if kw == "enum" else []
+        message = f"'{value}' is not one of: {', '.join(choices)}" if choices else f"'{value}' is not allowed here"
+        yield Finding(path + (value,), message, did_you_mean(value, choices), at_key=True)
+    elif kw in ("anyOf", "oneOf"):
         subs = _branch_errors(error)
         if subs:
             for sub in subs:
@@ -129,13 +134,6 @@ def _translate(error: ValidationError, source: SourceMap) -> Iterator[Finding]:
                       "this tool reads manifest format version 1" if path == ("manifest_version",) else None)
     elif kw == "pattern":
         yield Finding(path, f"{_short(value)} is not valid here", sch.get("x-hint"))
-    elif kw == "propertyNames":
-        # jsonschema reports the key itself as the instance; point at the key
-        sub = _resolve(error.validator_value)
-        key = str(value)
-        choices = [str(c) for c in sub.get("enum", [])]
-        yield Finding(path + (key,), f"'{key}' is not one of: {', '.join(choices)}", did_you_mean(key, choices),
-                      at_key=True)
     elif kw == "minItems" and error.validator_value == 1:
         yield Finding(path, "must not be empty")
     elif kw == "minProperties" and error.validator_value == 1:
