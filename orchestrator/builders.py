@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, runtime_checkable
 
 from .hardware import RunnerFingerprint
-from .manifest.model import BuilderOptions, DataSource, PrecisionSpec, Target
+
+if TYPE_CHECKING:  # annotations only: importing the manifest package here would be circular (it checks these)
+    from .manifest.model import BuilderOptions, DataSource, PrecisionSpec, Target
 
 TargetKind = Literal["compute_capability", "compute_capability_list", "hardware_compatible", "cpu", "cuda"]
 

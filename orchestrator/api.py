@@ -1,0 +1,291 @@
+"""The public Python API: load a project, plan it, build, gate, publish, pull.
+
+Each function takes loaded data and returns data; the CLI renders what they return. This module is the edge that
+wires the pure core (resolve, plan) to disk, plugins and the executor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import plugins
+from .digests import DigestCache
+from .errors import PlanError, PluginError, UsageError
+from .execute import Executor, RunSummary, StepOutcome, Workspace
+from .graph import BuildGraph, Cell, Node
+from .hardware import RunnerFingerprint, detect
+from .manifest import load_manifests
+from .manifest.model import Manifest, Model, RegistryConfig
+from .plan import Plan, plan_against
+from .registry import EmptyIndex, IndexReader
+from .resolve import ResolveInputs, resolve
+
+# Versions of the libraries that perform transforms change their output, so they are part of transform keys.
+_TRANSFORM_TOOLS = ("onnxconverter-common", "onnxruntime", "onnx")
+
+
+def default_workspace(cache_dir: str | os.PathLike | None = None) -> Workspace:
+    root = cache_dir or os.environ.get("ORCHESTRATE_CACHE") or ".orchestrate"
+    return Workspace(Path(root).absolute())
+
+
+@dataclass(frozen=True)
+class Project:
+    manifests: tuple[Manifest, ...]
+    graph: BuildGraph
+    workspace: Workspace
+    manifest_digests: dict[str, str]
+
+    @property
+    def models(self) -> dict[str, Model]:
+        return {m.name: m for man in self.manifests for m in man.models}
+
+    @property
+    def registry(self) -> RegistryConfig:
+        return self.manifests[0].registry
+
+    def manifest_of(self, cell: Cell) -> Manifest:
+        return next(m for m in self.manifests if m.file == cell.manifest)
+
+
+def _tool_versions() -> dict[str, str]:
+    out = {}
+    for name in _TRANSFORM_TOOLS:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def load_project(paths: Sequence[str | os.PathLike], *, cache_dir: str | os.PathLike | None = None,
+                 capabilities: Callable | None = None) -> Project:
+    if not paths:
+        raise UsageError("no manifest given", hint="orchestrate plan manifests/demo.yaml")
+    manifests = load_manifests([str(p) for p in paths])
+    registries = {m.registry for m in manifests}
+    if len(registries) > 1:
+        raise UsageError("the manifests name different registries; plan them separately",
+                         hint="give every manifest planned together the same `registry:`")
+    ws = default_workspace(cache_dir)
+    cache = DigestCache.open(ws.root / "digests.json")
+    model_digests = {}
+    data_digests = {}
+    for man in manifests:
+        for model in man.models:
+            model_digests[model.source.path] = cache.model_digest(model.source.path)
+            if model.calibration and model.calibration.path and os.path.exists(model.calibration.path):
+                data_digests[model.calibration.path] = cache.data_digest(model.calibration.path)
+    cache.save()
+    graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
+                                             tool_versions=_tool_versions()),
+                    capabilities or plugins.builder_capabilities)
+    digests = {m.file: hashlib.sha256(Path(m.file).read_bytes()).hexdigest() for m in manifests}
+    return Project(manifests, graph, ws, digests)
+
+
+def open_store(config: RegistryConfig):
+    factory = plugins.store_factory(config.store)
+    return factory(config)
+
+
+def registry_index(config: RegistryConfig) -> IndexReader:
+    """The local store with no directory yet is an empty registry: every cell plans as ``+ build``."""
+    if config.store == "local" and (config.path is None or not Path(config.path).exists()):
+        return EmptyIndex()
+    return open_store(config).index()
+
+
+def plan(project: Project, index: IndexReader | None = None) -> Plan:
+    return plan_against_index(project, index or registry_index(project.registry))
+
+
+def plan_against_index(project: Project, index: IndexReader, *, max_cells_per_shard: int = 0) -> Plan:
+    return plan_against(project.graph, index.latest_by_address(), index.state_token(), project.manifest_digests,
+                        max_cells_per_shard=max_cells_per_shard)
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> None:
+    """temp file in the same directory, fsync, rename: a crash never leaves half a file."""
+    import json
+    import tempfile
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_plan_current(project: Project, saved: Plan, index: IndexReader | None = None) -> None:
+    """Refuse a saved plan whose manifests or registry state have moved since it was made."""
+    for path, digest in saved.manifests.items():
+        now = project.manifest_digests.get(path)
+        if now is None:
+            raise PlanError(f"the plan was made from {path}, which is not loaded now",
+                            hint="pass the same manifests as when planning, or re-plan")
+        if now != digest:
+            raise PlanError(f"{path} changed since the plan was made", hint="re-run `orchestrate plan --out`")
+    index = index or registry_index(project.registry)
+    if index.state_token() != saved.registry_state:
+        raise PlanError("the registry changed since the plan was made (another publish landed)",
+                        hint="re-run `orchestrate plan --out` and build from the new plan")
+
+
+def cells_in_scope(project: Project, the_plan: Plan, *, shard: str | None = None,
+                   only: Iterable[str] = (), statuses=("build", "rebuild")) -> list[Cell]:
+    wanted = {e.address for e in the_plan.entries if e.status in statuses}
+    if shard:
+        wanted &= set(the_plan.shard(shard).addresses)
+    only = list(only)
+    if only:
+        known = {c.address for c in project.graph.cells}
+        unknown = [a for a in only if a not in known]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(known), n=1)
+            raise UsageError(f"unknown cell address {unknown[0]!r}",
+                             hint=f"did you mean {close[0]!r}?" if close else "see `orchestrate plan`")
+        # naming a cell builds it whatever its plan status (e.g. to rebuild an up-to-date one locally)
+        wanted = set(only) & set(the_plan.shard(shard).addresses) if shard else set(only)
+    return [c for c in project.graph.cells if c.address in wanted and not c.blocked]
+
+
+def _closure(graph: BuildGraph, roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        nid = stack.pop()
+        if nid in seen or nid not in graph.nodes:
+            continue
+        seen.add(nid)
+        stack.extend(graph.nodes[nid].deps)
+    return seen
+
+
+def _payload_factory(project: Project, fingerprint: RunnerFingerprint):
+    from .steps import CellPayload
+
+    models = project.models
+
+    def payload(node: Node):
+        cell = project.graph.cell(node.address) if node.address else None
+        model = models[node.model]
+        return CellPayload(model=model, cell=cell, fingerprint=fingerprint, caches=project.workspace.caches,
+                           registry=project.registry, manifest_file=cell.manifest if cell else "")
+
+    return payload
+
+
+def _builder_reason(cell: Cell, fingerprint: RunnerFingerprint) -> str | None:
+    try:
+        builder = plugins.builder(cell.target.builder)
+    except PluginError as e:
+        return str(e)
+    return builder.available(fingerprint, cell.target)
+
+
+def _needs_gpu(project: Project) -> Callable[[Node], bool]:
+    def needs(node: Node) -> bool:
+        if node.kind != "build":
+            return False
+        cell = project.graph.cell(node.address)
+        try:
+            caps = plugins.builder(cell.target.builder).capabilities(cell.target.builder_version)
+        except PluginError:
+            return False
+        return caps.needs_gpu
+
+    return needs
+
+
+def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
+          jobs: int | None = None, keep_going: bool = False, fingerprint: RunnerFingerprint | None = None,
+          on_event=None, in_process: bool = False) -> RunSummary:
+    from .steps import step_build, step_prepare, step_transform
+
+    fingerprint = fingerprint or detect()
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    roots = [f"build:{c.address}" for c in cells]
+    selected = _closure(project.graph, roots)
+    payload = _payload_factory(project, fingerprint)
+
+    def prepare_task(node: Node):
+        if node.kind == "build":
+            reason = _builder_reason(project.graph.cell(node.address), fingerprint)
+            if reason:
+                return None, StepOutcome(status="skipped", reason=reason)
+        return payload(node), None
+
+    executor = Executor(
+        workspace=project.workspace,
+        steps={"prepare": step_prepare, "transform": step_transform, "build": step_build},
+        prepare_task=prepare_task, jobs=jobs or max(1, os.cpu_count() or 1), keep_going=keep_going,
+        needs_gpu=_needs_gpu(project), on_event=on_event or (lambda *a: None), in_process=in_process)
+    return executor.run(project.graph.nodes, project.graph.order, selected)
+
+
+def verify_shard_runner(project: Project, the_plan: Plan, shard_id: str, fingerprint: RunnerFingerprint, *,
+                        role: str = "build") -> None:
+    """A shard's runner checks itself before doing anything: a wrong GPU or TensorRT fails the job clearly
+    instead of building (or gating) a wrong engine."""
+    from .errors import RunnerMismatchError
+
+    shard = the_plan.shard(shard_id)
+    problems = []
+    for address in shard.addresses:
+        cell = project.graph.cell(address)
+        if role == "build":
+            reason = _builder_reason(cell, fingerprint)
+        else:
+            reason = runtime_reason(cell_metadata_probe(cell), fingerprint)
+        if reason:
+            problems.append(f"{cell.target.name} ({address}): {reason}")
+    if problems:
+        gpu = (f"{fingerprint.gpus[0].name} (CC {fingerprint.compute_capability})" if fingerprint.gpus
+               else "no GPU")
+        raise RunnerMismatchError(
+            f"this runner ({gpu}, tensorrt {fingerprint.tensorrt or 'absent'}, tensorrt-rtx "
+            f"{fingerprint.tensorrt_rtx or 'absent'}) cannot {role} shard {shard_id!r}:\n  "
+            + "\n  ".join(problems[:20]) + (f"\n  … and {len(problems) - 20} more" if len(problems) > 20 else ""),
+            hint=f"run this shard on a runner with labels [{', '.join(shard.build_labels if role == 'build' else shard.gate_labels)}] "
+                 "whose hardware matches the targets")
+
+
+def cell_metadata_probe(cell: Cell) -> dict:
+    """The metadata shape runtimes and compat read, for a cell not yet built."""
+    t = cell.target
+    return {"address": cell.address, "precision": cell.precision.name,
+            "builder": {"name": t.builder, "version": t.builder_version},
+            "target": {"name": t.name, "compute_capabilities": list(t.compute_capabilities),
+                       "hardware_compatibility": t.hardware_compatibility, "device": t.device,
+                       "version_compatible": t.options.version_compatible}}
+
+
+_RUNTIME_OF_BUILDER = {"trtexec": "tensorrt"}
+
+
+def runtime_name(builder: str) -> str:
+    return _RUNTIME_OF_BUILDER.get(builder, builder)
+
+
+def runtime_reason(metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
+    try:
+        runtime = plugins.runtime(runtime_name(metadata["builder"]["name"]))
+    except PluginError as e:
+        return str(e)
+    return runtime.can_run(metadata, fingerprint)

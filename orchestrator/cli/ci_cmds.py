@@ -1,0 +1,3 @@
+"""ci github, ci k8s."""
+
+COMMANDS: list = []

@@ -1,0 +1,70 @@
+"""Shared CLI plumbing: consoles, JSON output, the --json error shape, common options."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+
+import click
+from rich.console import Console
+
+from ..errors import ManifestError, OrchestratorError
+
+_JSON_MODE = {"on": False}
+
+
+@lru_cache(maxsize=None)
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+@lru_cache(maxsize=None)
+def console_err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def set_json_mode(on: bool) -> None:
+    _JSON_MODE["on"] = on
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def emit_json_error(error: OrchestratorError) -> bool:
+    """In --json mode errors are JSON on stdout too, so scripts can parse every outcome."""
+    if not _JSON_MODE["on"]:
+        return False
+    body = {"error": {"type": type(error).__name__, "message": error.message, "hint": error.hint,
+                      "exit_code": error.exit_code}}
+    if isinstance(error, ManifestError):
+        body["error"]["problems"] = [p.to_json() for p in error.problems]
+    print_json(body)
+    return True
+
+
+def json_option(f):
+    def callback(ctx, param, value):
+        set_json_mode(bool(value))
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=True, is_eager=True, callback=callback,
+                        help="Machine-readable JSON on stdout.")(f)
+
+
+manifests_argument = click.argument("manifests", nargs=-1, type=click.Path(dir_okay=False))
+cache_option = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+                            envvar="ORCHESTRATE_CACHE", help="Work and cache directory [default: .orchestrate].")
+
+
+def require_manifests(manifests, plan_file=None) -> list[str]:
+    if manifests:
+        return list(manifests)
+    if plan_file:
+        data = json.loads(open(plan_file).read())
+        paths = list(data.get("manifests", {}))
+        if paths:
+            return paths
+    raise click.UsageError("give at least one MANIFEST (e.g. manifests/demo.yaml)")

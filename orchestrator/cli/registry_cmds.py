@@ -1,0 +1,3 @@
+"""publish, ls, show, pull (registry)."""
+
+COMMANDS: list = []
