@@ -8,6 +8,7 @@ A saved plan records the manifests' digests and the registry state it was made a
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -139,6 +140,7 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
                  "into several workflows (`orchestrate ci github` per manifest group)")
     shards = []
     budget = max_shards - len(groups)
+    used: set[str] = set()
     for (build, gate), members in sorted(groups.items()):
         base = _slug(build)
         chunks = 1
@@ -155,6 +157,9 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
             sid = base if chunks == 1 else f"{base}.{i + 1}"
             if gate != build:
                 sid += "~" + _slug(gate)[:30]
+            if sid in used:  # slugs are truncated and sanitized: two label sets can slug alike
+                sid += "-" + hashlib.sha256(repr((build, gate, i)).encode()).hexdigest()[:8]
+            used.add(sid)
             shards.append(Shard(id=sid, build_labels=build, gate_labels=gate,
                                 targets=tuple(sorted({c.target.name for c in part})),
                                 addresses=tuple(c.address for c in part)))
