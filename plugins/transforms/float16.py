@@ -1,0 +1,194 @@
+"""fp16 and bf16 conversion of an ONNX model, the way strongly typed builders (TensorRT-RTX, TensorRT 11) take
+lower precisions: the types live in the graph, not in builder flags (shared/reference/tensorrt-api.md §2, §8).
+
+- ``fp16``: ``onnxconverter_common.float16.convert_float_to_float16`` (measured to build with TensorRT-RTX 1.7,
+  shared/reference/toolchain.md).
+- ``bf16``: onnxconverter-common has no bf16 mode, so the fp16 pass supplies the structure (which tensors go
+  low precision, where Casts sit around blocked ops and the I/O) and a second pass re-types every float16 in it
+  to bfloat16: value infos, Cast targets, and the weights — re-read from the original fp32 model and rounded to
+  nearest-even bf16, so the fp16 pass's clamping to the fp16 range never reaches bf16 weights. Note: ONNX's
+  Conv has no bfloat16 type constraint, and onnxruntime's CPU provider has bf16 kernels for few ops, so a bf16
+  model is built and checked by TensorRT(-RTX); its parity gate runs on GPU runtimes only.
+
+``onnxconverter_common`` and ``onnx`` are imported inside methods only.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from importlib import metadata
+from typing import Literal
+
+# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
+from orchestrator.manifest.model import PrecisionSpec
+from orchestrator.builders import TransformRequest
+from orchestrator.errors import BuildError
+
+from ..builders._onnx_io import load_model, save_model
+
+# Kept in fp32 on top of onnxconverter-common's DEFAULT_OP_BLOCK_LIST (ML-domain ops, Resize/Upsample, Range,
+# TopK, NMS, RoiAlign, CumSum, Min/Max, RandomUniformLike: ops with fp32-only kernels or index math).
+# These are the ops PyTorch autocast runs in float32 ("CUDA Ops that can autocast to float32": softmax,
+# log_softmax, layer_norm, group_norm, exp, log, pow, sum, prod, reciprocal, rsqrt, softplus, ...) because
+# their range or accumulation overflows/underflows fp16: Softmax over thousands of classes (PP-OCR rec's 6625),
+# decomposed LayerNorm's Pow/Sqrt of variances, exp/log. Keeping them fp32 costs a Cast pair each and is what
+# keeps fp16 parity within the gate's defaults.
+NUMERICALLY_SENSITIVE_OPS: tuple[str, ...] = (
+    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization",
+    "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Softplus",
+    "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceProd",
+)
+
+# bf16 only: TensorRT-RTX 1.7.1 fails to build a bf16 ConvTranspose ("Myelin ... Could not infer output types
+# for operation: deconv", measured on PP-OCRv4 det), so deconvolutions stay fp32 in bf16 models.
+BF16_ONLY_BLOCKED: tuple[str, ...] = ("ConvTranspose",)
+
+LowType = Literal["fp16", "bf16"]
+
+
+def default_op_block_list(kind: LowType = "fp16") -> tuple[str, ...]:
+    from onnxconverter_common import float16
+
+    extra = BF16_ONLY_BLOCKED if kind == "bf16" else ()
+    return tuple(sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(NUMERICALLY_SENSITIVE_OPS) | set(extra)))
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class FloatConversion:
+    """One transform object per low-precision float type."""
+
+    def __init__(self, kind: LowType) -> None:
+        self.kind = kind
+
+    def op_block_list(self, precision: PrecisionSpec) -> tuple[str, ...]:
+        # An explicit list in the manifest replaces the default entirely (it is what the user asked for).
+        if precision.op_block_list is not None:
+            return tuple(sorted(set(precision.op_block_list)))
+        return default_op_block_list(self.kind)
+
+    def settings(self, precision: PrecisionSpec) -> dict:
+        return {
+            "kind": self.kind,
+            "method": "onnxconverter_common.float16.convert_float_to_float16"
+                      + ("+retype-bfloat16(weights from fp32, round-nearest-even)" if self.kind == "bf16" else ""),
+            "keep_io_types": precision.keep_io_types,
+            "op_block_list": list(self.op_block_list(precision)),
+            "onnxconverter_common": _version("onnxconverter-common"),
+            "onnx": _version("onnx"),
+        }
+
+    def run(self, request: TransformRequest) -> dict:
+        try:
+            from onnxconverter_common import float16
+        except ImportError as e:
+            raise BuildError(f"cannot import onnxconverter_common: {e}", node=request.key,
+                             hint="pip install 'trt-orchestrator[transforms]'") from e
+        started = time.perf_counter()
+        model = load_model(request.onnx_path)
+        block = list(self.op_block_list(request.precision))
+        original = _float_weights(model) if self.kind == "bf16" else {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                converted = float16.convert_float_to_float16(
+                    model, keep_io_types=request.precision.keep_io_types, op_block_list=block)
+            except Exception as e:  # the converter raises plain ValueError/RuntimeError on odd graphs
+                raise BuildError(f"{self.kind} conversion of {request.onnx_path.name} failed: "
+                                 f"{type(e).__name__}: {e}", node=request.key) from e
+        truncated = sum("truncated" in str(w.message) for w in caught)
+        retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
+        written = save_model(converted, request.out_path)
+        facts = {
+            "kind": self.kind,
+            "keep_io_types": request.precision.keep_io_types,
+            "op_block_list": block,
+            "blocked_nodes": sum(n.op_type in set(block) for n in converted.graph.node),
+            "cast_nodes": sum(n.op_type == "Cast" for n in converted.graph.node),
+            "fp16_range_warnings": truncated,
+            "retyped_tensors": retyped,
+            "files": [str(p) for p in written],
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        request.log(f"{self.kind}: converted {request.onnx_path.name} ({facts['cast_nodes']} Cast nodes, "
+                    f"{facts['blocked_nodes']} ops kept fp32) in {facts['seconds']}s")
+        return facts
+
+
+def _float_weights(model) -> dict[str, object]:
+    """fp32 initializers and Constant values of the original model by tensor name (the fp16 pass keeps names)."""
+    from onnx import TensorProto, numpy_helper
+
+    weights: dict[str, object] = {}
+    for graph in _graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type == TensorProto.FLOAT:
+                weights[t.name] = numpy_helper.to_array(t)
+        for node in graph.node:
+            if node.op_type == "Constant":
+                for attr in node.attribute:
+                    if attr.name == "value" and attr.t.data_type == TensorProto.FLOAT:
+                        weights[node.output[0]] = numpy_helper.to_array(attr.t)
+    return weights
+
+
+def _graphs(graph):
+    """A graph and every subgraph (If/Loop/Scan bodies) inside it."""
+    from onnx import AttributeProto
+
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def _retype_to_bfloat16(model, original: dict) -> int:
+    """Turn every FLOAT16 of an fp16-converted model into BFLOAT16, in place; return tensors re-typed."""
+    import ml_dtypes
+    import numpy as np
+    from onnx import AttributeProto, TensorProto, numpy_helper
+
+    def to_bf16(tensor, name: str) -> None:
+        source = original.get(name)
+        values = source if source is not None and list(source.shape) == list(tensor.dims) \
+            else numpy_helper.to_array(tensor).astype(np.float32)
+        replacement = numpy_helper.from_array(np.asarray(values, dtype=np.float32).astype(ml_dtypes.bfloat16),
+                                              tensor.name)
+        tensor.CopyFrom(replacement)
+
+    def retype_value(value_info) -> None:
+        t = value_info.type
+        if t.HasField("tensor_type") and t.tensor_type.elem_type == TensorProto.FLOAT16:
+            t.tensor_type.elem_type = TensorProto.BFLOAT16
+
+    count = 0
+    for graph in _graphs(model.graph):
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            retype_value(vi)
+        for t in graph.initializer:
+            if t.data_type == TensorProto.FLOAT16:
+                to_bf16(t, t.name)
+                count += 1
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
+                    to_bf16(attr.t, node.output[0] if node.op_type == "Constant" else "")
+                    count += 1
+                elif attr.type == AttributeProto.INT and attr.name in ("to", "dtype") \
+                        and attr.i == TensorProto.FLOAT16:
+                    attr.i = TensorProto.BFLOAT16
+    return count
+
+
+fp16 = FloatConversion("fp16")
+bf16 = FloatConversion("bf16")

@@ -1,0 +1,158 @@
+"""int8 by static calibration into explicit Q/DQ nodes: the form strongly typed builders (TensorRT-RTX,
+TensorRT 10.12+/11) and onnxruntime both take (shared/reference/tensorrt-api.md §2 "INT8/FP8/INT4/FP4: Q/DQ").
+
+``onnxruntime.quantization.quantize_static`` with QDQ format, per-channel symmetric int8 weights and
+symmetric int8 activations; ``QuantizeBias: False`` because ORT otherwise quantizes biases to int32 and
+TensorRT's DequantizeLinear rejects Int32 inputs (shared/reference/toolchain.md, measured with RTX 1.7).
+``quant_pre_process`` runs first with ``skip_symbolic_shape=True`` (symbolic shape inference needs sympy).
+
+Calibration feeds come from the manifest's DataSource at ``request.input_shapes`` (``_data.py``); random feeds
+calibrate badly (toolchain.md: 62-88% top-1 agreement) and the parity gate is what catches that.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
+from orchestrator.manifest.model import PrecisionSpec
+from orchestrator.builders import TransformRequest
+from orchestrator.errors import BuildError
+
+from ..builders._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
+from ._data import iter_samples
+
+EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+# Only the weighted ops TensorRT runs in int8 get Q/DQ (what NVIDIA ModelOpt's int8 ONNX path quantizes first).
+# Quantizing everything ORT can (Add, Mul, ...) also turns scalar constants such as HardSwish's "+3" into int8
+# initializers shared by many Adds, which TensorRT-RTX 1.7 rejects: "Quantized constant (Constant@81_quantized)
+# is only allowed before DQ or PLUGIN_V2 or kPLUGIN_V3 node" (measured on PP-OCR cls).
+OP_TYPES_TO_QUANTIZE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+PER_CHANNEL_OPSET = 13
+CALIBRATION_METHODS = {"entropy": "Entropy", "percentile": "Percentile", "minmax": "MinMax"}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _at_least_opset13(path: Path, tmp: Path, large: bool) -> tuple[Path, int | None]:
+    """Per-channel DequantizeLinear needs its ``axis`` attribute, added in opset 13; ORT writes it regardless of
+    the model's opset, giving "Unrecognized attribute: axis" on opset-11 models (PP-OCR cls). Upgrade first with
+    the ONNX version converter (it rewrites ops whose signature changed, e.g. Squeeze/ReduceSum axes)."""
+    import onnx
+    from onnx import version_converter
+
+    from ..builders._onnx_io import load_model, save_model
+
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset >= PER_CHANNEL_OPSET:
+        return path, None
+    upgraded = version_converter.convert_version(load_model(path), PER_CHANNEL_OPSET)
+    out = tmp / "opset13.onnx"
+    save_model(upgraded, out)
+    return out, opset
+
+
+def _reader(samples: list[dict]):
+    """A CalibrationDataReader over already-read feeds (the ORT base class is imported lazily)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class _Feeds(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(samples)
+
+        def get_next(self):
+            return next(self._it, None)
+
+        def rewind(self) -> None:
+            self._it = iter(samples)
+
+    return _Feeds()
+
+
+class Int8QdqTransform:
+    kind = "int8-qdq"
+
+    def settings(self, precision: PrecisionSpec) -> dict:
+        return {
+            "kind": self.kind,
+            "method": "onnxruntime.quantization.quantize_static",
+            "pre_process": "quant_pre_process(skip_symbolic_shape=True)",
+            "quant_format": "QDQ",
+            "per_channel": True,
+            "op_types_to_quantize": list(OP_TYPES_TO_QUANTIZE),
+            "activation_type": "QInt8",
+            "weight_type": "QInt8",
+            "calibrate_method": precision.calibration_method,
+            "extra_options": dict(EXTRA_OPTIONS),
+            "onnxruntime": _version("onnxruntime") or _version("onnxruntime-gpu"),
+            "onnx": _version("onnx"),
+        }
+
+    def run(self, request: TransformRequest) -> dict:
+        try:
+            from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+        except ImportError as e:
+            raise BuildError(f"cannot import onnxruntime.quantization: {e}", node=request.key,
+                             hint="pip install 'trt-orchestrator[transforms]'") from e
+        method = CALIBRATION_METHODS.get(request.precision.calibration_method)
+        if method is None:
+            raise BuildError(f"unknown calibration method {request.precision.calibration_method!r}; "
+                             f"use one of {', '.join(CALIBRATION_METHODS)}", node=request.key)
+        started = time.perf_counter()
+        samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
+        out_path = Path(request.out_path)
+        large = model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD
+        with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".int8-") as tmp:
+            prepared = Path(tmp) / "prepared.onnx"
+            try:
+                source, opset_from = _at_least_opset13(Path(request.onnx_path), Path(tmp), large)
+                quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True,
+                                  save_as_external_data=large, all_tensors_to_one_file=True)
+                quantize_static(
+                    str(prepared), str(out_path), _reader(samples),
+                    quant_format=QuantFormat.QDQ,
+                    op_types_to_quantize=list(OP_TYPES_TO_QUANTIZE),
+                    per_channel=True,
+                    activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8,
+                    calibrate_method=getattr(CalibrationMethod, method),
+                    use_external_data_format=large,
+                    extra_options=dict(EXTRA_OPTIONS),
+                )
+            except BuildError:
+                raise
+            except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
+                raise BuildError(f"int8 Q/DQ calibration of {request.onnx_path.name} failed: "
+                                 f"{type(e).__name__}: {e}", node=request.key) from e
+        facts = self._facts(out_path)
+        if opset_from is not None:
+            facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]
+        facts.update(samples=len(samples), calibrate_method=request.precision.calibration_method,
+                     input_shapes={k: list(v) for k, v in request.input_shapes.items()},
+                     seconds=round(time.perf_counter() - started, 3))
+        request.log(f"int8-qdq: {facts['quantize_nodes']} Q / {facts['dequantize_nodes']} DQ nodes from "
+                    f"{len(samples)} calibration samples ({facts['calibrate_method']}) in {facts['seconds']}s")
+        return facts
+
+    @staticmethod
+    def _facts(path: Path) -> dict:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+        return {
+            "quantize_nodes": sum(n.op_type == "QuantizeLinear" for n in graph.node),
+            "dequantize_nodes": sum(n.op_type == "DequantizeLinear" for n in graph.node),
+        }
+
+
+int8_qdq = Int8QdqTransform()
