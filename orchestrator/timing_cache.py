@@ -1,0 +1,89 @@
+"""TensorRT timing caches on disk: one file per (compute capability, TensorRT version) under a cache dir.
+
+A timing cache is only usable by the exact TensorRT version that wrote it ("combine will be skipped and return
+false" otherwise, NvInfer.h) and carries the CUDA device properties of the GPU that measured it, so the file name
+holds both. Builders on several runners may share the directory; saving follows Polygraphy's pattern
+(backend/trt/loader.py): under a file lock, read what is there, combine the new cache into it with
+``ignore_mismatch=True``, and replace the file atomically (temp file + fsync + rename), so a reader never sees a
+torn cache and no builder's measurements are lost.
+
+This module moves bytes only: the TensorRT-specific combine step is injected by the builder, so the file, lock
+and atomic parts are testable without TensorRT.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock
+
+LOCK_TIMEOUT_S = 300.0
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z.+-]", "_", text)
+
+
+def cache_path(cache_dir: Path, compute_capability: str, tensorrt_version: str) -> Path:
+    """``<cache_dir>/timing-cache/sm89-trt10.13.3.9.cache``."""
+    cc = compute_capability.replace(".", "")
+    return Path(cache_dir) / "timing-cache" / f"sm{_safe(cc)}-trt{_safe(tensorrt_version)}.cache"
+
+
+def lock_for(path: Path) -> FileLock:
+    return FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def load(path: Path) -> bytes:
+    """The cache's bytes, or ``b""`` when there is none yet (``create_timing_cache(b"")`` makes an empty one)."""
+    path = Path(path)
+    if not path.exists():
+        return b""
+    with lock_for(path):
+        return path.read_bytes()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable; not possible on every platform (Windows), harmless to skip there
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def merge_and_save(path: Path, merge: Callable[[bytes], bytes]) -> bytes:
+    """Under the file lock: ``merged = merge(previous_bytes_or_b"")``, then save it atomically; returns it.
+
+    For TensorRT, ``merge`` deserializes the previous bytes into a cache, ``combine``s it into the build's cache
+    with ``ignore_mismatch=True`` and returns ``bytes(cache.serialize())`` (builders/tensorrt.py).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_for(path):
+        previous = path.read_bytes() if path.exists() else b""
+        merged = merge(previous)
+        write_atomic(path, merged)
+    return merged

@@ -1,0 +1,276 @@
+"""The ``trtexec`` builder: the same per-version plan as the ``tensorrt`` builder, spelled as trtexec flags.
+
+``trtexec_command`` (pure) translates a ``_trt_config.BuildConfigPlan`` into a command line for that trtexec
+version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows
+shared/reference/tensorrt-api.md §6, which was read from ``samples/common/sampleOptions.cpp`` at each tag (the
+READMEs are stale: they still show ``--int8``/``--workspace``).
+
+trtexec is found through the ``TRTEXEC`` environment variable (a path) or ``PATH``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
+from orchestrator.compat import parse_version
+from orchestrator.errors import BuildError
+from orchestrator.hardware import RunnerFingerprint
+from orchestrator.manifest.model import Target
+
+from . import _trt_config
+
+ENGINE_FILE = "engine.plan"
+LOG_FILE = "build.log"
+LAYER_INFO_FILE = "layer_info.json"
+LOG_TAIL_LINES = 40
+# trtexec --tilingOptimizationLevel takes the level as an integer 0-3 (10.8+).
+_TILING_INT = {"NONE": 0, "FAST": 1, "MODERATE": 2, "FULL": 3}
+_HW_CLI = {"AMPERE_PLUS": "ampere+", "SAME_COMPUTE_CAPABILITY": "sameComputeCapability"}
+_PRECISION_CLI = {"FP16": "--fp16", "BF16": "--bf16", "INT8": "--int8", "FP8": "--fp8"}
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def _shapes_flag(flag: str, profile: OptimizationProfile, which: int) -> str:
+    spec = ",".join(f"{name}:{_dims(shapes[which])}" for name, shapes in profile.shapes.items())
+    return f"--{flag}={spec}"
+
+
+def trtexec_command(version: str, request: BuildRequest, *, executable: str = "trtexec",
+                    timing_cache_file: Path | None = None, layer_info_file: Path | None = None,
+                    engine_file: Path | None = None) -> list[str]:
+    """The trtexec command line that builds ``request`` with trtexec ``version`` (no inference run)."""
+    v = parse_version(version)
+    plan = _trt_config.plan_build_config(version, "tensorrt", request.precision, request.native_precision,
+                                         request.options, request.target)
+    if plan.calibrator:
+        raise BuildError("trtexec cannot calibrate int8 from data (--int8 without --calib uses placeholder "
+                         "scales, which would publish an engine with meaningless accuracy)",
+                         hint="use precision via: transform (Q/DQ) or the tensorrt builder")
+    engine = engine_file or Path(request.out_dir) / ENGINE_FILE
+    cmd = [executable, f"--onnx={request.onnx_path}", f"--saveEngine={engine}",
+           # --skipInference exists from 8.6 on (8.6's --buildOnly is a deprecated alias, removed in 10.0).
+           "--skipInference"]
+    for name in plan.builder_flags:
+        if name in _PRECISION_CLI:
+            # plan_build_config already refused these on 11.x, where trtexec says "Unknown option".
+            cmd.append(_PRECISION_CLI[name])
+    if plan.strongly_typed and v < (11,):
+        cmd.append("--stronglyTyped")  # 10.x opt-in; on 11.x a deprecated no-op (always strongly typed)
+    if "VERSION_COMPATIBLE" in plan.builder_flags:
+        cmd.append("--versionCompatible")
+    if "EXCLUDE_LEAN_RUNTIME" in plan.builder_flags:
+        cmd.append("--excludeLeanRuntime")
+    if plan.workspace_bytes is not None:
+        mib = plan.workspace_bytes >> 20
+        # 8.6 parses a plain number as MiB; 10.x accepts B/K/M/G suffixes (default unit still MiB).
+        cmd.append(f"--memPoolSize=workspace:{mib}M" if v >= (10,) else f"--memPoolSize=workspace:{mib}")
+    for profile in request.profiles:
+        # trtexec starts a new optimization profile each time the triple is repeated.
+        cmd += [_shapes_flag("minShapes", profile, 0), _shapes_flag("optShapes", profile, 1),
+                _shapes_flag("maxShapes", profile, 2)]
+    if plan.use_timing_cache and timing_cache_file is not None:
+        cmd.append(f"--timingCacheFile={timing_cache_file}")
+    if plan.optimization_level is not None:
+        cmd.append(f"--builderOptimizationLevel={plan.optimization_level}")
+    if plan.tiling_level is not None:
+        cmd.append(f"--tilingOptimizationLevel={_TILING_INT[plan.tiling_level]}")
+    if plan.hardware_compatibility_level is not None:
+        cmd.append(f"--hardwareCompatibilityLevel={_HW_CLI[plan.hardware_compatibility_level]}")
+    layer_info = layer_info_file or Path(request.out_dir) / LAYER_INFO_FILE
+    cmd += [f"--exportLayerInfo={layer_info}", "--profilingVerbosity=detailed"]
+    return cmd
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Output parsing (sampleReporting.cpp layout; identical in 8.6.1 and 11.1)
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    min: float
+    max: float
+    mean: float
+    median: float
+    percentiles: dict[float, float] = field(default_factory=dict)  # percentile -> ms
+
+
+@dataclass(frozen=True)
+class TrtexecReport:
+    tensorrt_version: str | None
+    build_seconds: float | None
+    errors: tuple[str, ...]
+    throughput_qps: float | None = None
+    metrics: dict[str, MetricSummary] = field(default_factory=dict)  # "Latency", "GPU Compute Time", ...
+    passed: bool | None = None  # the final "&&&& PASSED" / "&&&& FAILED" line
+
+
+_LINE_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*")  # "[11/21/2026-10:00:00] [I] "
+_VERSION_LINE = re.compile(r"TensorRT version:\s*([0-9][0-9.]*)")
+_BANNER = re.compile(r"\[TensorRT v(\d+)\]")
+_BUILD_TIME = re.compile(r"Engine built in\s+([0-9.]+)\s*sec")
+_THROUGHPUT = re.compile(r"^Throughput:\s*([0-9.eE+-]+)\s*qps")
+_METRIC = re.compile(r"^(Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency):\s*(.*)$")
+_FIELD = re.compile(r"(min|max|mean|median|percentile\(([0-9.]+)%\))\s*=\s*([0-9.eE+-]+)\s*ms")
+
+
+def banner_version(code: str) -> str:
+    """``[TensorRT v8601]`` -> 8.6.1; ``[TensorRT v101300]`` -> 10.13.0 (major*10000 from 10.0; 8.x used *1000)."""
+    n = int(code)
+    if n >= 10000:
+        return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+    return f"{n // 1000}.{n // 100 % 10}.{n % 100}"
+
+
+def parse_trtexec_output(text: str) -> TrtexecReport:
+    version = None
+    build_seconds = None
+    errors: list[str] = []
+    throughput = None
+    metrics: dict[str, MetricSummary] = {}
+    passed = None
+    for raw in text.splitlines():
+        m = _BANNER.search(raw)
+        if m and version is None:
+            version = banner_version(m.group(1))
+        if raw.startswith("&&&& PASSED"):
+            passed = True
+        elif raw.startswith("&&&& FAILED"):
+            passed = False
+        is_error = "[E]" in raw
+        line = _LINE_PREFIX.sub("", raw).strip()
+        if is_error or line.startswith("Error["):
+            errors.append(line)
+            continue
+        if (m := _VERSION_LINE.search(line)):
+            version = m.group(1)  # the "TensorRT version:" line is more precise than the banner
+        elif (m := _BUILD_TIME.search(line)):
+            build_seconds = float(m.group(1))
+        elif (m := _THROUGHPUT.match(line)):
+            throughput = float(m.group(1))
+        elif (m := _METRIC.match(line)):
+            values: dict[str, float] = {}
+            pct: dict[float, float] = {}
+            for f in _FIELD.finditer(m.group(2)):
+                if f.group(2) is not None:
+                    pct[float(f.group(2))] = float(f.group(3))
+                else:
+                    values[f.group(1)] = float(f.group(3))
+            if {"min", "max", "mean", "median"} <= set(values):
+                metrics[m.group(1)] = MetricSummary(values["min"], values["max"], values["mean"],
+                                                    values["median"], pct)
+    return TrtexecReport(version, build_seconds, tuple(errors), throughput, metrics, passed)
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def locate_trtexec() -> tuple[str | None, str | None]:
+    """(path, None) or (None, why not). ``TRTEXEC`` wins over PATH."""
+    env = os.environ.get("TRTEXEC")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env, None
+        return None, f"TRTEXEC={env} is not an executable file"
+    found = shutil.which("trtexec")
+    if found:
+        return found, None
+    return None, ("trtexec is not on PATH and TRTEXEC is not set (it ships with TensorRT's tar/deb packages, "
+                  "e.g. /usr/src/tensorrt/bin/trtexec)")
+
+
+def probe_version(executable: str) -> str | None:
+    """trtexec's version from its banner (``--help`` prints ``[TensorRT v101300]``): major.minor.patch only."""
+    try:
+        proc = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_trtexec_output(proc.stdout + proc.stderr).tensorrt_version
+
+
+class TrtexecBuilder:
+    name = "trtexec"
+
+    def capabilities(self, version: str) -> BuilderCapabilities:
+        return _trt_config.capabilities(version, "tensorrt", calibrator=False)
+
+    def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
+        exe, why = locate_trtexec()
+        if exe is None:
+            return why
+        version = probe_version(exe)
+        if version is None:
+            return f"could not read the TensorRT version of {exe} (--help printed no [TensorRT vNNNN] banner)"
+        # The banner has no build number; the exact check happens again against the build log's version.
+        want = parse_version(target.builder_version)
+        if parse_version(version) != want[:3]:
+            return (f"target {target.name!r} wants TensorRT {target.builder_version}, {exe} is TensorRT {version}; "
+                    "engines load only on the exact version that built them")
+        return _trt_config.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
+
+    def build(self, request: BuildRequest) -> BuildResult:
+        exe, why = locate_trtexec()
+        if exe is None:
+            raise BuildError(why or "trtexec not found", node=request.address)
+        version = request.target.builder_version
+        out_dir = Path(request.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cache_file = None
+        if request.options.timing_cache:
+            from orchestrator import timing_cache
+            from trt_orchestrator_plugins.builders.tensorrt import _local_cc
+
+            cache_file = timing_cache.cache_path(request.cache_dir, _local_cc(), version)
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd = trtexec_command(version, request, executable=exe, timing_cache_file=cache_file)
+        log_path = out_dir / LOG_FILE
+        request.log(" ".join(cmd))
+        started = time.perf_counter()
+        # trtexec itself updates --timingCacheFile; concurrent trtexec builds sharing a cache file serialize on
+        # the same lock the tensorrt builder uses.
+        with _maybe_lock(cache_file):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        output = proc.stdout + (("\n" + proc.stderr) if proc.stderr else "")
+        log_path.write_text(" ".join(cmd) + "\n" + output)
+        report = parse_trtexec_output(output)
+        tail = "\n".join(output.splitlines()[-LOG_TAIL_LINES:])
+        engine = out_dir / ENGINE_FILE
+        if proc.returncode != 0 or not engine.exists():
+            first = report.errors[0] if report.errors else f"exit status {proc.returncode}"
+            raise BuildError(f"trtexec failed: {first}", node=request.address, log_tail=tail)
+        used = report.tensorrt_version or version
+        if parse_version(used) != parse_version(version)[: len(parse_version(used))]:
+            raise BuildError(f"trtexec reports TensorRT {used} but the target wants {version}",
+                             node=request.address, log_tail=tail)
+        layer_info = out_dir / LAYER_INFO_FILE
+        return BuildResult(
+            engine_path=engine,
+            log_path=log_path,
+            builder=self.name,
+            builder_version=version,
+            build_seconds=report.build_seconds or seconds,
+            layer_info_path=layer_info if layer_info.exists() else None,
+            metadata={"command": cmd, "trtexec_version": report.tensorrt_version},
+        )
+
+
+def _maybe_lock(cache_file: Path | None):
+    if cache_file is None:
+        return contextlib.nullcontext()
+    from orchestrator import timing_cache
+
+    return timing_cache.lock_for(cache_file)
+
+
+builder = TrtexecBuilder()
