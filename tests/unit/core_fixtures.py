@@ -134,7 +134,8 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
             return BuilderCapabilities(native=frozenset(), via_transform=_ALL,
                                        target_kinds=frozenset({"compute_capability"}), needs_gpu=True,
                                        runs_on="same CC, same TensorRT")
-        return BuilderCapabilities(native=frozenset({"fp16", "bf16", "int8", "fp8"}), via_transform=_ALL,
+        # fp8 has no calibrator: explicit Q/DQ only, so not native
+        return BuilderCapabilities(native=frozenset({"fp16", "bf16", "int8"}), via_transform=_ALL,
                                    target_kinds=frozenset({"compute_capability", "hardware_compatible"}),
                                    needs_gpu=True, runs_on="same CC, same TensorRT", supports_calibrator=True)
     if builder == "tensorrt-rtx":
