@@ -1,0 +1,273 @@
+"""The matrix report: one static HTML page, a JSON form, and a rich table for the terminal.
+
+Input: a list of *cells*, one per built engine (matrix cell), each a plain dict::
+
+    {
+      "address":     "vision/detector@1.2.0/fp16/default/sm89+trt10.13",   # the cell address (str)
+      "model":       "detector",           # model name (str)
+      "precision":   "fp16",               # fp32 | fp16 | bf16 | int8 | fp8
+      "profile_set": "default",            # profile set name
+      "target":      "sm89+trt10.13",      # target slug or name: one column per distinct value
+      "status":      "passed",             # passed | failed | pending | blocked | skipped | error (free text ok)
+      "parity":      {...} | None,         # ParityVerdict.to_json(), or None when not run
+      "benchmark":   {...} | None,         # BenchmarkVerdict.to_json(), or None when not run
+      "note":        "built on a CPU runner; needs sm89 to gate",   # optional, shown under the status
+    }
+
+Rows are model × precision × profile set, columns are targets (first-seen order). A cell shows its status
+(colour + text), p50/p95 in ms of the gated series at the ``opt`` shape, the worst parity error (largest max
+abs error over outputs and cases) and a latency histogram; a detail card per cell below the grid adds the
+parity error per output (max abs and relative L2, log-scale bars) and every failure reason.
+
+The page is self-contained: inline CSS and inline SVG, no scripts, fonts or URLs, so it opens from a CI
+artifact or an e-mail attachment. Computing (``cell_summary``) is separate from rendering.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Sequence
+
+STATUS_COLOURS = {
+    "passed": ("#1a7f37", "#dafbe1"),
+    "failed": ("#cf222e", "#ffebe9"),
+    "pending": ("#9a6700", "#fff8c5"),
+    "blocked": ("#57606a", "#eaeef2"),
+    "skipped": ("#57606a", "#f6f8fa"),
+    "error": ("#8250df", "#fbefff"),
+}
+_UNKNOWN_COLOUR = ("#57606a", "#f6f8fa")
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "—" if value is None else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
+
+
+def _fmt_err(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return "0" if value == 0 else f"{value:.2e}"
+
+
+def _num(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return float({"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(value, value))
+    return float(value)
+
+
+def _gated_shape(benchmark: dict | None) -> dict | None:
+    if not benchmark or not benchmark.get("shapes"):
+        return None
+    shapes = benchmark["shapes"]
+    return next((s for s in shapes if s.get("label") == "opt"), shapes[0])
+
+
+def parity_by_output(parity: dict | None) -> list[dict]:
+    """Per output, the worst over cases: ``{name, max_abs_error, rel_l2, status}``."""
+    if not parity:
+        return []
+    merged: dict[str, dict] = {}
+    for case in parity.get("cases", ()):
+        for out in case.get("outputs", ()):
+            cur = merged.setdefault(out["name"], {"name": out["name"], "max_abs_error": 0.0, "rel_l2": 0.0,
+                                                  "status": "passed"})
+            for key in ("max_abs_error", "rel_l2"):
+                v = _num(out.get(key))
+                if v is not None and (math.isnan(v) or v > cur[key]):
+                    cur[key] = v
+            if out.get("status") == "failed":
+                cur["status"] = "failed"
+    return list(merged.values())
+
+
+def cell_summary(cell: dict) -> dict:
+    """What the grid shows for one cell (pure; used by the HTML, the JSON and the rich table)."""
+    shape = _gated_shape(cell.get("benchmark"))
+    series = None
+    samples: list[float] = []
+    if shape:
+        series = shape.get("end_to_end") or shape.get("compute")
+        samples = list(shape.get("end_to_end_samples_ms") or shape.get("compute_samples_ms") or [])
+    outputs = parity_by_output(cell.get("parity"))
+    worst = max(outputs, key=lambda o: (math.isnan(o["max_abs_error"]), o["max_abs_error"]), default=None)
+    reasons = list((cell.get("parity") or {}).get("reasons", ())) + list(
+        (cell.get("benchmark") or {}).get("reasons", ()))
+    return {
+        "address": cell.get("address", ""),
+        "status": str(cell.get("status", "pending")),
+        "p50_ms": series.get("p50_ms") if series else None,
+        "p95_ms": series.get("p95_ms") if series else None,
+        "series": ("end-to-end" if shape and shape.get("end_to_end") else "compute") if shape else None,
+        "shape_label": shape.get("label") if shape else None,
+        "worst_output": worst["name"] if worst else None,
+        "worst_max_abs": worst["max_abs_error"] if worst else None,
+        "outputs": outputs,
+        "samples_ms": samples,
+        "reasons": reasons,
+        "note": cell.get("note"),
+    }
+
+
+# -- inline SVG -----------------------------------------------------------------------------------------------
+
+
+def histogram_svg(samples_ms: Sequence[float], *, width: int = 180, height: int = 46, bins: int = 20) -> str:
+    """A small latency histogram with p50/p95 ticks; empty string without samples."""
+    data = sorted(float(x) for x in samples_ms if x is not None and math.isfinite(float(x)))
+    if not data:
+        return ""
+    lo, hi = data[0], data[-1]
+    span = (hi - lo) or max(hi, 1e-9) * 0.01
+    counts = [0] * bins
+    for x in data:
+        counts[min(bins - 1, int((x - lo) / span * bins))] += 1
+    top = max(counts)
+    plot_h = height - 12
+    bar_w = width / bins
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="latency histogram">']
+    for i, c in enumerate(counts):
+        h = plot_h * c / top
+        parts.append(f'<rect x="{i * bar_w + 0.5:.1f}" y="{plot_h - h:.1f}" width="{bar_w - 1:.1f}" '
+                     f'height="{h:.1f}" fill="#54aeff"/>')
+
+    def tick(value: float, colour: str) -> str:
+        x = (value - lo) / span * width
+        return f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{plot_h}" stroke="{colour}" stroke-width="1.5"/>'
+
+    n = len(data)
+    p50 = data[min(n - 1, int(0.5 * (n - 1) + 0.5))]
+    p95 = data[min(n - 1, int(0.95 * (n - 1) + 0.5))]
+    parts += [tick(p50, "#1a7f37"), tick(p95, "#cf222e")]
+    parts.append(f'<text x="0" y="{height - 1}" font-size="9" fill="#57606a">{_fmt_ms(lo)}</text>')
+    parts.append(f'<text x="{width}" y="{height - 1}" font-size="9" fill="#57606a" text-anchor="end">'
+                 f'{_fmt_ms(hi)} ms</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def parity_bars_svg(outputs: Sequence[dict], *, width: int = 420) -> str:
+    """Log-scale bars of max abs error and relative L2 per output (1e-8 … 10)."""
+    if not outputs:
+        return ""
+    label_w, row_h, lo, hi = 120, 30, -8.0, 1.0
+    plot_w = width - label_w - 70
+    height = row_h * len(outputs) + 22
+
+    def bar_len(v: float | None) -> float:
+        if v is None or math.isnan(v):
+            return plot_w
+        if v <= 0:
+            return 1.0
+        return max(1.0, min(plot_w, (math.log10(v) - lo) / (hi - lo) * plot_w))
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="parity error per output">']
+    for i, out in enumerate(outputs):
+        y = i * row_h + 4
+        name = html.escape(out["name"][:18])
+        parts.append(f'<text x="0" y="{y + 14}" font-size="11" fill="#24292f">{name}</text>')
+        for j, (key, colour) in enumerate((("max_abs_error", "#fb8f44"), ("rel_l2", "#8250df"))):
+            v = out.get(key)
+            w = bar_len(v)
+            parts.append(f'<rect x="{label_w}" y="{y + j * 12}" width="{w:.1f}" height="10" fill="{colour}"/>')
+            parts.append(f'<text x="{label_w + w + 4:.1f}" y="{y + j * 12 + 9}" font-size="9" fill="#24292f">'
+                         f'{_fmt_err(v)}</text>')
+    axis_y = height - 6
+    for exp in range(int(lo), int(hi) + 1, 3):
+        x = label_w + (exp - lo) / (hi - lo) * plot_w
+        parts.append(f'<text x="{x:.1f}" y="{axis_y}" font-size="9" fill="#57606a" text-anchor="middle">'
+                     f'1e{exp}</text>')
+    parts.append(f'<rect x="{width - 62}" y="2" width="8" height="8" fill="#fb8f44"/>'
+                 f'<text x="{width - 51}" y="10" font-size="9">max abs</text>'
+                 f'<rect x="{width - 62}" y="14" width="8" height="8" fill="#8250df"/>'
+                 f'<text x="{width - 51}" y="22" font-size="9">rel L2</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# -- page, JSON, terminal -------------------------------------------------------------------------------------
+
+
+def _grid(cells: Sequence[dict]) -> tuple[list[str], list[dict]]:
+    targets: list[str] = []
+    rows: dict[tuple, dict] = {}
+    for cell in cells:
+        target = str(cell.get("target", ""))
+        if target not in targets:
+            targets.append(target)
+        key = (cell.get("model", ""), cell.get("precision", ""), cell.get("profile_set", "default"))
+        row = rows.setdefault(key, {"model": key[0], "precision": key[1], "profile_set": key[2], "cells": {}})
+        row["cells"][target] = cell
+    return targets, list(rows.values())
+
+
+def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "Engine matrix") -> Path:
+    """Write the static HTML report for ``cells`` to ``out_path``; returns the path."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(str(Path(__file__).parent / "templates")),
+                      autoescape=select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
+    targets, rows = _grid(cells)
+    summaries = {id(c): cell_summary(c) for c in cells}
+    for row in rows:
+        row["views"] = {}
+        for target, cell in row["cells"].items():
+            s = summaries[id(cell)]
+            fg, bg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)
+            row["views"][target] = dict(s, fg=fg, bg=bg, hist=histogram_svg(s["samples_ms"]),
+                                        bars=parity_bars_svg(s["outputs"]), p50=_fmt_ms(s["p50_ms"]),
+                                        p95=_fmt_ms(s["p95_ms"]), worst=_fmt_err(s["worst_max_abs"]),
+                                        model=cell.get("model"), precision=cell.get("precision"),
+                                        target=target)
+    counts: dict[str, int] = {}
+    for s in summaries.values():
+        counts[s["status"]] = counts.get(s["status"], 0) + 1
+    page = env.get_template("report.html.j2").render(
+        title=title, targets=targets, rows=rows, counts=counts, colours=STATUS_COLOURS,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def report_json(cells: Sequence[dict]) -> dict:
+    """The report as JSON-ready data: the cells as given plus each one's summary and status counts."""
+    summaries = []
+    for cell in cells:
+        s = cell_summary(cell)
+        s.pop("samples_ms")
+        summaries.append({**{k: cell.get(k) for k in ("address", "model", "precision", "profile_set", "target")},
+                          **{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                             for k, v in s.items()}})
+    counts: dict[str, int] = {}
+    for s in summaries:
+        counts[s["status"]] = counts.get(s["status"], 0) + 1
+    return {"version": 1, "counts": counts, "summary": summaries, "cells": list(cells)}
+
+
+def summary_table(cells: Iterable[dict]):
+    """A ``rich.table.Table``: one line per cell with status, p50/p95 and the worst parity error."""
+    from rich.table import Table
+
+    table = Table(title="Gate results")
+    for name, justify in (("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
+                          ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"),
+                          ("worst abs err", "right")):
+        table.add_column(name, justify=justify)
+    for cell in cells:
+        s = cell_summary(cell)
+        fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
+        table.add_row(str(cell.get("model", "")), str(cell.get("precision", "")),
+                      str(cell.get("profile_set", "")), str(cell.get("target", "")),
+                      f"[{fg}]{s['status']}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
+                      _fmt_err(s["worst_max_abs"]) + (f" ({s['worst_output']})" if s["worst_output"] else ""))
+    return table
