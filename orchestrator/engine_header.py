@@ -1,0 +1,93 @@
+"""What the first bytes of a TensorRT / TensorRT-RTX plan say (pure): the second line of defence at ``pull``.
+
+Documented layout (trtexec ``--getPlanVersionOnly``, OSS@v11.1:samples/common/sampleEngines.cpp
+``printPlanVersion``; shared/reference/tensorrt-api.md §5):
+
+- uint32[0]: magic. TensorRT writes ``0x74727466``, i.e. the bytes ``b"ftrt"`` on (little-endian) disk;
+  TensorRT-RTX writes ``b"vtrt"`` (§10).
+- uint32[1]: serialization version (trtexec handles only 0).
+- bytes 24..27: the builder's major, minor, patch, build, one byte each, in that order.
+
+The byte order of 24..27 was checked on a real TensorRT-RTX 1.7.1.116 plan built on this machine
+(tests/unit/test_engine_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116. (The reference's note
+"00 01 07 01" is the window shifted one byte left: byte 23 is padding.) One byte per field means a build number
+above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented, so the
+compute capability is not read from it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from .compat import parse_version
+
+HEADER_BYTES = 64  # what to read from the file; RTX reports Runtime.engine_header_size == 64
+MAGIC_TENSORRT = b"ftrt"
+MAGIC_RTX = b"vtrt"
+_VERSION_SLICE = slice(24, 28)
+
+Flavour = Literal["tensorrt", "tensorrt-rtx", "unknown"]
+
+
+@dataclass(frozen=True)
+class PlanHeader:
+    flavour: Flavour
+    magic: bytes
+    serialization_version: int | None
+    version: tuple[int, int, int, int] | None  # (major, minor, patch, build & 0xFF)
+
+    @property
+    def version_text(self) -> str | None:
+        return ".".join(str(p) for p in self.version) if self.version else None
+
+
+def read_header(first_bytes: bytes) -> PlanHeader:
+    """Parse the first bytes of a plan (at least 28; pass ``HEADER_BYTES``). Never raises on junk."""
+    data = bytes(first_bytes)
+    magic = data[:4]
+    flavour: Flavour = {MAGIC_TENSORRT: "tensorrt", MAGIC_RTX: "tensorrt-rtx"}.get(magic, "unknown")
+    serialization = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else None
+    version = tuple(data[_VERSION_SLICE]) if len(data) >= 28 and flavour != "unknown" else None
+    return PlanHeader(flavour, magic, serialization, version)  # type: ignore[arg-type]
+
+
+def read_header_file(path) -> PlanHeader:
+    with open(path, "rb") as f:
+        return read_header(f.read(HEADER_BYTES))
+
+
+_EXPECTED_FLAVOUR = {"tensorrt": "tensorrt", "trtexec": "tensorrt", "tensorrt-rtx": "tensorrt-rtx"}
+_LABEL = {"tensorrt": "TensorRT", "tensorrt-rtx": "TensorRT-RTX"}
+
+
+def check_header(header: PlanHeader, metadata: Mapping) -> str | None:
+    """None when the plan's own header agrees with its metadata, else why not (one sentence).
+
+    Engines of builders without a TensorRT plan format (onnxruntime) are not checked here.
+    """
+    builder = metadata.get("builder") or {}
+    expected = _EXPECTED_FLAVOUR.get(builder.get("name", ""))
+    if expected is None:
+        return None
+    label = _LABEL[expected]
+    if header.flavour == "unknown":
+        return (f"the file is not a {label} plan: it starts with {header.magic!r}, expected "
+                f"{(MAGIC_TENSORRT if expected == 'tensorrt' else MAGIC_RTX)!r}")
+    if header.flavour != expected:
+        return f"metadata says a {label} engine but the plan header is a {_LABEL[header.flavour]} plan"
+    if header.serialization_version not in (0, None):
+        return (f"unknown {label} plan serialization version {header.serialization_version} "
+                "(only 0 is documented)")
+    recorded = parse_version(builder.get("version"))
+    if header.version is None or not recorded:
+        return None
+    want = tuple(p & 0xFF for p in (recorded + (0, 0, 0, 0))[:4])
+    have = header.version
+    # Compare as many fields as the metadata records (a 3-part RTX version has no build number to check).
+    n = min(len(recorded), 4)
+    if have[:n] != want[:n]:
+        return (f"the plan header says it was built by {label} {header.version_text}, but its metadata says "
+                f"{builder.get('version')}")
+    return None

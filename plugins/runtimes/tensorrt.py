@@ -1,0 +1,269 @@
+"""The ``tensorrt`` runtime, and the session code it shares with ``tensorrt-rtx``.
+
+Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from metadata first
+(``orchestrator.compat``), then the plan's own header is checked (``orchestrator.engine_header``), and only then
+are the bytes deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
+``get_tensor_name/mode/dtype``, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3(int stream)``;
+device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_memory_size_v2`` +
+``set_device_memory``; 8.6 ``create_execution_context_without_device_memory`` + ``device_memory``
+(Polygraphy runner.py gates these at 10.1). Host buffers are pinned; timing uses CUDA events.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from orchestrator import compat, engine_header
+from orchestrator.errors import GateError
+from orchestrator.hardware import RunnerFingerprint
+from orchestrator.runtimes import RuntimeOptions, Timing
+
+from ..builders._trt_config import memory_api
+from . import _cuda
+
+
+class _RuntimeLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def tail(self, n: int = 20) -> str:
+        return "\n".join(self.lines[-n:])
+
+
+def _logger(trt: Any, sink: _RuntimeLog) -> Any:
+    class _Logger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, sev: Any, msg: str) -> None:
+            if int(sev) <= int(trt.ILogger.Severity.WARNING):
+                sink.lines.append(f"[{getattr(sev, 'name', sev)}] {msg}")
+
+    return _Logger()
+
+
+class _Io:
+    """Pinned host + device buffer of one I/O tensor at one shape."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype):
+        self.name, self.shape, self.dtype = name, shape, dtype
+        self.host = _cuda.PinnedBuffer(shape, dtype)
+        self.device = _cuda.DeviceBuffer(self.host.nbytes)
+
+    def free(self) -> None:
+        self.host.free()
+        self.device.free()
+
+
+class TensorRTSession:
+    """One engine, one execution context, one stream. Shared by the tensorrt and tensorrt-rtx runtimes."""
+
+    def __init__(self, trt: Any, engine: Any, context: Any, activation: _cuda.DeviceBuffer, stream: _cuda.Stream,
+                 label: str, on_close: Any = None):
+        self.trt, self.engine, self.context = trt, engine, context
+        self.activation, self.stream, self.label = activation, stream, label
+        self._on_close = on_close
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        self.input_names = tuple(n for n in names if is_input[n])
+        self.output_names = tuple(n for n in names if not is_input[n])
+        self.dtypes = {n: self._np_dtype(n) for n in names}
+        self._io: dict[str, _Io] = {}
+
+    def _np_dtype(self, name: str) -> np.dtype:
+        dt = self.engine.get_tensor_dtype(name)
+        try:
+            return np.dtype(self.trt.nptype(dt))
+        except TypeError as e:  # BF16 / FP8 / INT4 have no numpy type (common_runtime.py)
+            raise GateError(f"{self.label}: tensor {name!r} has type {dt}, which has no numpy equivalent; "
+                            "keep model I/O in fp32 (keep_io_types)") from e
+
+    # -- buffers ---------------------------------------------------------------------------------------------
+    def _buffer(self, name: str, shape: tuple[int, ...]) -> _Io:
+        io = self._io.get(name)
+        if io is None or io.shape != shape:
+            if io is not None:
+                io.free()
+            io = _Io(name, shape, self.dtypes[name])
+            self._io[name] = io
+        self.context.set_tensor_address(name, io.device.ptr)
+        return io
+
+    def _prepare(self, inputs: Mapping[str, np.ndarray]) -> tuple[list[_Io], list[_Io]]:
+        missing = set(self.input_names) - set(inputs)
+        if missing:
+            raise GateError(f"{self.label}: missing inputs {sorted(missing)}")
+        ins = []
+        for name in self.input_names:
+            arr = np.asarray(inputs[name])
+            shape = tuple(int(d) for d in arr.shape)
+            if not self.context.set_input_shape(name, shape):
+                raise GateError(f"{self.label}: input {name!r} shape {list(shape)} is outside the engine's "
+                                "optimization profile")
+            io = self._buffer(name, shape)
+            np.copyto(io.host.array, arr.astype(io.dtype, copy=False))
+            ins.append(io)
+        try:
+            unresolved = self.context.infer_shapes()
+        except AttributeError:
+            unresolved = []
+        if unresolved:
+            raise GateError(f"{self.label}: TensorRT could not infer the shapes of {list(unresolved)}")
+        outs = []
+        for name in self.output_names:
+            shape = tuple(int(d) for d in self.context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise GateError(f"{self.label}: output {name!r} has an unresolved shape {list(shape)}")
+            outs.append(self._buffer(name, shape))
+        return ins, outs
+
+    def _enqueue(self) -> None:
+        if not self.context.execute_async_v3(self.stream.handle):
+            raise GateError(f"{self.label}: execute_async_v3 returned False")
+
+    # -- Session protocol ------------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            ins, outs = self._prepare(inputs)
+            for io in ins:
+                _cuda.copy_htod_async(io.device.ptr, io.host, self.stream)
+            self._enqueue()
+            for io in outs:
+                _cuda.copy_dtoh_async(io.host, io.device.ptr, self.stream)
+            self.stream.synchronize()
+        except _cuda.CudaCallError as e:
+            raise GateError(f"{self.label}: {e}") from e
+        return {io.name: io.host.array.copy() for io in outs}
+
+    def benchmark(self, inputs: Mapping[str, np.ndarray], *, warmup: int, iterations: int,
+                  time_budget_s: float | None) -> Timing:
+        """CUDA-event timing: compute-only (between H2D and D2H) and end-to-end (H2D + compute + D2H)."""
+        try:
+            ins, outs = self._prepare(inputs)
+            events = [_cuda.Event() for _ in range(4)]
+            try:
+                compute: list[float] = []
+                e2e: list[float] = []
+                deadline = time.monotonic() + time_budget_s if time_budget_s else None
+                i = 0
+                while True:
+                    timed = i >= warmup
+                    if timed and len(compute) >= iterations and deadline is None:
+                        break
+                    if timed and deadline is not None and time.monotonic() >= deadline and compute:
+                        break
+                    events[0].record(self.stream)
+                    for io in ins:
+                        _cuda.copy_htod_async(io.device.ptr, io.host, self.stream)
+                    events[1].record(self.stream)
+                    self._enqueue()
+                    events[2].record(self.stream)
+                    for io in outs:
+                        _cuda.copy_dtoh_async(io.host, io.device.ptr, self.stream)
+                    events[3].record(self.stream)
+                    events[3].synchronize()
+                    if timed:
+                        compute.append(events[2].elapsed_ms_since(events[1]))
+                        e2e.append(events[3].elapsed_ms_since(events[0]))
+                    i += 1
+            finally:
+                for e in events:
+                    e.destroy()
+        except _cuda.CudaCallError as e:
+            raise GateError(f"{self.label}: {e}") from e
+        io_bytes = sum(io.device.nbytes for io in ins + outs)
+        return Timing(
+            compute_ms=tuple(compute),
+            end_to_end_ms=tuple(e2e),
+            clock="cuda_event",
+            device_memory_bytes=self.activation.nbytes + io_bytes,
+            extra={"activation_bytes": self.activation.nbytes, "io_bytes": io_bytes, "warmup": warmup},
+        )
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close(self)
+            self._on_close = None
+        for io in self._io.values():
+            io.free()
+        self._io.clear()
+        self.context = None
+        self.engine = None
+        self.activation.free()
+        self.stream.destroy()
+
+
+class TensorRTRuntime:
+    """Loads TensorRT plans. Subclasses change the module, the preflight and the context creation."""
+
+    name = "tensorrt"
+    module = "tensorrt"
+    flavour = "tensorrt"
+    label = "TensorRT"
+    missing = "TensorRT (tensorrt) is not installed: its wheels come only from NVIDIA's index"
+
+    def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
+        verdict = compat.check(metadata, fingerprint)
+        return None if verdict.ok else verdict.reason
+
+    def import_module(self) -> Any:
+        try:
+            return __import__(self.module)
+        except (ImportError, OSError) as e:
+            raise GateError(f"{self.missing} ({type(e).__name__}: {e})") from e
+
+    def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> TensorRTSession:
+        data = Path(engine_path).read_bytes()
+        why = engine_header.check_header(engine_header.read_header(data[: engine_header.HEADER_BYTES]), metadata)
+        if why:
+            raise GateError(f"{engine_path}: {why}")
+        trt = self.import_module()
+        log = _RuntimeLog()
+        runtime = trt.Runtime(_logger(trt, log))
+        self.preflight(trt, runtime, data, engine_path, log)
+        if (metadata.get("target") or {}).get("version_compatible"):
+            # VC engines carry their lean runtime as host code; allowed only for plans we published ourselves.
+            runtime.engine_host_code_allowed = True
+        engine = runtime.deserialize_cuda_engine(data)
+        if engine is None:
+            raise GateError(f"{self.label} {trt.__version__} could not deserialize {engine_path}:\n{log.tail()}")
+        try:
+            stream = _cuda.Stream()
+            context, activation, on_close = self.create_context(trt, engine, options, metadata)
+            if engine.num_optimization_profiles > 1 or options.profile_index:
+                if not context.set_optimization_profile_async(options.profile_index, stream.handle):
+                    raise GateError(f"{engine_path}: cannot select optimization profile {options.profile_index} "
+                                    f"(engine has {engine.num_optimization_profiles})")
+                stream.synchronize()
+        except (_cuda.CudaCallError, _cuda.CudaUnavailable) as e:
+            raise GateError(f"{engine_path}: {e}") from e
+        return TensorRTSession(trt, engine, context, activation, stream,
+                               label=f"{self.label} {engine_path.name}", on_close=on_close)
+
+    # -- hooks -------------------------------------------------------------------------------------------------
+    def preflight(self, trt: Any, runtime: Any, data: bytes, engine_path: Path, log: _RuntimeLog) -> None:
+        """TensorRT proper has no pre-load validity API (reference §5): the header check above is all."""
+
+    def create_context(self, trt: Any, engine: Any, options: RuntimeOptions,
+                       metadata: dict) -> tuple[Any, _cuda.DeviceBuffer, Callable[[Any], None] | None]:
+        """(context, activation memory we own, what to do when the session closes)."""
+        api = memory_api(trt.__version__, self.flavour)  # type: ignore[arg-type]
+        if api == "device_memory_size_v2":
+            context = engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGED)
+            size = int(engine.device_memory_size_v2)
+            activation = _cuda.DeviceBuffer(size)
+            context.set_device_memory(activation.ptr, size)
+        else:  # 8.6 - 10.0
+            context = engine.create_execution_context_without_device_memory()
+            activation = _cuda.DeviceBuffer(int(engine.device_memory_size))
+            context.device_memory = activation.ptr
+        if context is None:
+            raise GateError(f"{self.label}: could not create an execution context")
+        return context, activation, None
+
+
+runtime = TensorRTRuntime()

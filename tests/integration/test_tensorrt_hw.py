@@ -1,0 +1,167 @@
+"""Real-hardware tests of the ``tensorrt`` builder and runtime, and of the ``tensorrt-rtx`` runtime.
+
+They need an NVIDIA GPU, cuda-python and (for TensorRT proper) the ``tensorrt`` wheels, which come only from
+NVIDIA's index. Where any of those is missing they SKIP, naming what is missing; nothing here is faked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator import engine_header, hardware
+from orchestrator.builders import BuildRequest, OptimizationProfile
+from orchestrator.errors import GateError
+from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.runtimes import RuntimeOptions
+
+pytestmark = [pytest.mark.integration, pytest.mark.gpu]
+
+
+def _fingerprint() -> hardware.RunnerFingerprint:
+    return hardware.detect()
+
+
+def _need_gpu() -> hardware.RunnerFingerprint:
+    fp = _fingerprint()
+    if not fp.has_gpu:
+        pytest.skip("no NVIDIA GPU: NVML (nvidia-ml-py) found no driver or device on this machine")
+    try:
+        from trt_orchestrator_plugins.runtimes import _cuda
+
+        _cuda.cudart()
+    except Exception as e:  # CudaUnavailable
+        pytest.skip(f"cuda-python is not installed: pip install 'trt-orchestrator[gpu]' ({e})")
+    return fp
+
+
+def _need_tensorrt():
+    try:
+        import tensorrt
+    except (ImportError, OSError) as e:
+        pytest.skip(f"TensorRT (tensorrt) is not installed: its wheels come only from NVIDIA's index ({e})")
+    return tensorrt
+
+
+def _tiny_onnx(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu0")], "tiny", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+PROFILE = OptimizationProfile("default", {"x": ((1, 4), (2, 4), (8, 4))})
+
+
+def _metadata(builder: str, version: str, cc: str) -> dict:
+    return {"address": "tiny/fp32/default", "precision": "fp32", "builder": {"name": builder, "version": version},
+            "target": {"compute_capabilities": [cc], "hardware_compatibility": "none", "device": "gpu",
+                       "version_compatible": False}}
+
+
+@pytest.fixture(scope="module")
+def tensorrt_engine(tmp_path_factory):
+    fp = _need_gpu()
+    trt = _need_tensorrt()
+    from trt_orchestrator_plugins.builders.tensorrt import builder
+
+    tmp = tmp_path_factory.mktemp("trt")
+    target = Target(name="local", builder="tensorrt", builder_version=trt.__version__,
+                    compute_capabilities=(fp.compute_capability,))
+    assert builder.available(fp, target) is None
+    request = BuildRequest(address="tiny/fp32/default", build_key="k", onnx_path=_tiny_onnx(tmp / "m.onnx"),
+                           profiles=(PROFILE,), precision=PrecisionSpec("fp32"), native_precision=False,
+                           target=target, options=BuilderOptions(), out_dir=tmp / "out", cache_dir=tmp / "cache",
+                           log=lambda _line: None)
+    result = builder.build(request)
+    return result, fp, trt.__version__
+
+
+def test_tensorrt_builder_writes_engine_log_layer_info_and_timing_cache(tensorrt_engine):
+    result, fp, version = tensorrt_engine
+    assert result.builder_version == version
+    header = engine_header.read_header_file(result.engine_path)
+    assert header.flavour == "tensorrt"
+    assert engine_header.check_header(header, _metadata("tensorrt", version, fp.compute_capability)) is None
+    assert result.layer_info_path is not None and result.layer_info_path.read_text().strip()
+    assert result.log_path.read_text()
+    caches = list((result.engine_path.parent.parent / "cache" / "timing-cache").glob("*.cache"))
+    assert len(caches) == 1 and caches[0].stat().st_size > 0
+
+
+def test_tensorrt_runtime_runs_and_times_with_cuda_events(tensorrt_engine, tmp_path):
+    result, fp, version = tensorrt_engine
+    from trt_orchestrator_plugins.runtimes.tensorrt import runtime
+
+    meta = _metadata("tensorrt", version, fp.compute_capability)
+    assert runtime.can_run(meta, fp) is None
+    session = runtime.load(result.engine_path, meta, RuntimeOptions(device="cuda"))
+    try:
+        x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+        out = session.run({"x": x})
+        np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+        timing = session.benchmark({"x": x}, warmup=3, iterations=10, time_budget_s=None)
+        assert timing.clock == "cuda_event" and len(timing.compute_ms) == 10 and len(timing.end_to_end_ms) == 10
+        assert all(e >= c for c, e in zip(timing.compute_ms, timing.end_to_end_ms))
+        with pytest.raises(GateError, match="outside the engine's optimization profile"):
+            session.run({"x": np.zeros((9, 4), np.float32)})
+    finally:
+        session.close()
+
+
+@pytest.fixture(scope="module")
+def rtx_engine(tmp_path_factory):
+    fp = _need_gpu()
+    try:
+        import tensorrt_rtx as trt
+    except (ImportError, OSError) as e:
+        pytest.skip(f"TensorRT-RTX (tensorrt_rtx) is not installed: pip install 'trt-orchestrator[rtx]' ({e})")
+    tmp = tmp_path_factory.mktemp("rtx")
+    logger = trt.Logger(trt.Logger.ERROR)
+    b = trt.Builder(logger)
+    network = b.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, logger)
+    assert parser.parse_from_file(str(_tiny_onnx(tmp / "m.onnx")))
+    config = b.create_builder_config()
+    config.num_compute_capabilities = 1
+    config.set_compute_capability(trt.ComputeCapability.SM86, 0)
+    p = b.create_optimization_profile()
+    p.set_shape("x", *PROFILE.shapes["x"])
+    config.add_optimization_profile(p)
+    plan = b.build_serialized_network(network, config)
+    path = tmp / "engine.plan"
+    path.write_bytes(bytes(plan))
+    return path, fp, trt.__version__, tmp
+
+
+def test_rtx_runtime_on_this_gpu(rtx_engine):
+    """On an SM86 GPU the engine JITs and runs; elsewhere the refusal comes before deserialization."""
+    path, fp, version, tmp = rtx_engine
+    from trt_orchestrator_plugins.runtimes.tensorrt_rtx import runtime
+
+    meta = _metadata("tensorrt-rtx", version, "8.6")
+    why = runtime.can_run(meta, fp)
+    if fp.compute_capability != "8.6":
+        assert why is not None
+        if fp.compute_capability == "9.0":
+            assert "do not support compute capability 9.0 (Hopper)" in why
+        # The RTX runtime's own header check agrees (get_engine_validity), before any deserialization.
+        with pytest.raises(GateError, match="cannot run here"):
+            runtime.load(path, meta, RuntimeOptions(device="cuda", cache_dir=tmp / "cache"))
+        return
+    assert why is None
+    session = runtime.load(path, meta, RuntimeOptions(device="cuda", cache_dir=tmp / "cache"))
+    try:
+        x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+        np.testing.assert_array_equal(session.run({"x": x})["y"], np.maximum(x, 0))
+    finally:
+        session.close()
+    assert list((tmp / "cache" / "rtx-runtime-cache").glob("sm86-rtx*.cache"))
