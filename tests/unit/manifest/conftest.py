@@ -45,9 +45,9 @@ def load(repo_root):
     """Write YAML text into <root>/manifests/<name>.yaml and load it with the literal builder knowledge."""
     from orchestrator.manifest import load_manifest
 
-    def _load(text: str, name: str = "m.yaml"):
+    def _load(text: str, name: str = "m.yaml", capabilities=fakes.capabilities):
         path = repo_root / "manifests" / name
         path.write_text(text, encoding="utf-8")
-        return load_manifest(path, capabilities=fakes.capabilities, builder_names=fakes.BUILDER_NAMES)
+        return load_manifest(path, capabilities=capabilities, builder_names=fakes.BUILDER_NAMES)
 
     return _load
