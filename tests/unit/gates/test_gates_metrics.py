@@ -1,0 +1,114 @@
+"""Parity metrics on literal arrays: exact numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.gates.metrics import (
+    compare_output, cosine_similarity, relative_l2, topk_agreement, violation_mask,
+)
+from orchestrator.gates.tolerances import ResolvedTolerance
+
+TOL = ResolvedTolerance(atol=0.1, rtol=0.1, source="test")
+
+
+def test_violation_mask_uses_reference_on_the_right():
+    eng = np.array([1.0, 2.25, 0.0, np.nan])
+    ref = np.array([1.1, 2.0, 0.2, 0.0])
+    # budgets: 0.1+0.11=0.21 (err 0.1 ok), 0.1+0.2=0.3 (0.25 ok), 0.1+0.02=0.12 (0.2 bad), NaN bad
+    assert violation_mask(eng, ref, 0.1, 0.1).tolist() == [False, False, True, True]
+
+
+def test_relative_l2_and_its_floor():
+    assert relative_l2([3.0, 4.0], [0.0, 0.0], floor=0.0) == math.inf
+    assert relative_l2([0.0, 0.0], [0.0, 0.0]) == 0.0
+    assert relative_l2([1.0, 1.0], [1.0, 0.0]) == pytest.approx(1.0)
+    # near-zero reference: the floor keeps the number meaningful
+    assert relative_l2([1e-7, 0.0], [0.0, 1e-9], floor=1.0) == pytest.approx(1e-7, rel=1e-3)
+
+
+def test_cosine_similarity():
+    assert cosine_similarity([1.0, 0.0], [0.0, 1.0]) == 0.0
+    assert cosine_similarity([1.0, 2.0], [2.0, 4.0]) == pytest.approx(1.0)
+    assert cosine_similarity([0.0, 0.0], [0.0, 0.0]) == 1.0
+    assert cosine_similarity([1.0, 0.0], [0.0, 0.0]) == 0.0
+
+
+def test_topk_agreement_over_rows():
+    ref = np.array([[0.1, 0.5, 0.3, 0.2], [0.9, 0.0, 0.05, 0.05]])
+    eng = np.array([[0.1, 0.3, 0.5, 0.2], [0.9, 0.0, 0.05, 0.05]])
+    assert topk_agreement(eng, ref, 1) == 0.5  # row 0 argmax 2 vs 1
+    assert topk_agreement(eng, ref, 2) == 1.0  # {1, 2} both
+    assert topk_agreement(eng, ref, 99) == 1.0  # k clipped to the class count
+
+
+def test_compare_output_exact_numbers_and_worst_elements():
+    ref = np.array([[1.0, 2.0], [3.0, 4.0]])
+    eng = np.array([[1.0, 2.5], [3.0, 4.1]])
+    v = compare_output("y", [(eng, ref)], TOL)
+    assert v.status == "failed"
+    assert v.elements == 4 and v.violations == 1 and v.violation_fraction == 0.25
+    assert v.max_abs_error == pytest.approx(0.5)
+    assert v.mean_abs_error == pytest.approx(0.15)
+    assert v.rel_l2 == pytest.approx(math.sqrt(0.26) / math.sqrt(30))
+    assert v.rel_l2_floor == pytest.approx(0.2)
+    w = v.worst[0]
+    assert w.index == (0, 0, 1) and w.engine == 2.5 and w.reference == 2.0
+    assert w.abs_error == pytest.approx(0.5) and w.tolerance_ratio == pytest.approx(0.5 / 0.3)
+    assert [x.index for x in v.worst] == [(0, 0, 1), (0, 1, 1), (0, 0, 0), (0, 1, 0)]
+    assert v.reasons == ("1 of 4 elements (25.0000%) violate |a-b| <= 0.1 + 0.1*|b| (allowed 0.0000%); "
+                         "max abs error 0.5",)
+
+
+def test_worst_elements_top_five_across_samples():
+    ref = np.zeros((3, 4))
+    eng = np.arange(12, dtype=float).reshape(3, 4) / 100
+    v = compare_output("y", zip(eng, ref), ResolvedTolerance(atol=1.0, rtol=0.0))
+    assert v.status == "passed" and v.reasons == ()
+    assert [w.index for w in v.worst] == [(2, 3), (2, 2), (2, 1), (2, 0), (1, 3)]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_engine_output_always_fails(bad):
+    ref = np.ones(4)
+    eng = np.ones(4)
+    eng[2] = bad
+    v = compare_output("y", [(eng, ref)], ResolvedTolerance(atol=1e9, rtol=1e9, max_violation_fraction=1.0))
+    assert v.status == "failed"
+    assert v.nan_count + v.inf_count == 1
+    assert v.reasons[0].startswith("engine output has ")
+    assert v.worst[0].index == (0, 2) and math.isinf(v.worst[0].tolerance_ratio)
+
+
+def test_secondary_checks_and_cosine_floor():
+    ref = np.array([1.0, -1.0, 1.0, -1.0])
+    eng = np.array([1.0, 1.0, 1.0, 1.0])
+    tol = ResolvedTolerance(atol=10.0, rtol=0.0, min_cosine=0.99, max_rel_l2=0.5)
+    v = compare_output("y", [(eng, ref)], tol)
+    # every element within atol=10, but the norms (2) are under the floor √4·10 = 20: cosine not gated
+    assert v.violations == 0 and v.cosine == 0.0 and not v.cosine_gated
+    assert v.rel_l2 == pytest.approx(math.sqrt(8) / 20)
+    assert v.status == "passed"
+    tight = ResolvedTolerance(atol=0.01, rtol=0.0, max_violation_fraction=1.0, min_cosine=0.99, max_rel_l2=0.5)
+    v = compare_output("y", [(eng, ref)], tight)
+    assert v.cosine_gated
+    assert v.reasons == ("cosine similarity 0.000000 < 0.99", "relative L2 1.414 > 0.5")
+
+
+def test_topk_gate_on_classifier_outputs():
+    ref = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    eng = np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    tol = ResolvedTolerance(atol=1.0, rtol=0.0, topk=1, min_topk_agreement=0.9)
+    v = compare_output("p", [(eng, ref)], tol, classifier_k=2)
+    assert v.top1_agreement == 0.75 and v.topk == 2 and v.topk_agreement == 1.0
+    assert v.gated_topk == 1 and v.gated_topk_agreement == 0.75
+    assert v.reasons == ("top-1 agreement 0.7500 < 0.9",)
+    assert compare_output("p", [(eng, ref)], tol).top1_agreement is None  # not a classifier output
+
+
+def test_shape_mismatch_fails():
+    v = compare_output("y", [(np.zeros((2, 3)), np.zeros((3, 2)))], TOL)
+    assert v.status == "failed" and v.reasons[0] == "sample 0: engine output shape [2, 3] != reference [3, 2]"

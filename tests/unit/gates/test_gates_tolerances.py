@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.gates.tolerances import DEFAULT_TOLERANCES, default_tolerance_table, resolve_tolerance
+from orchestrator.manifest.model import ParityGate, Tolerance
+
+
+def test_defaults_get_looser_with_precision():
+    order = ["fp32", "fp16", "bf16", "int8"]
+    atols = [DEFAULT_TOLERANCES[p].atol for p in order]
+    assert atols == sorted(atols) and atols[0] == 1e-4
+    assert DEFAULT_TOLERANCES["fp16"].min_cosine == 0.999
+    assert (DEFAULT_TOLERANCES["int8"].min_cosine, DEFAULT_TOLERANCES["int8"].min_topk_agreement) == (0.98, 0.9)
+    assert [r["precision"] for r in default_tolerance_table()] == ["fp32", "fp16", "bf16", "int8", "fp8"]
+
+
+def test_resolution_default_then_model_then_output():
+    gate = ParityGate(tolerances={"fp16": Tolerance(atol=0.05, rtol=0.02)},
+                      per_output={"boxes": Tolerance(atol=0.5, rtol=0.0, min_cosine=0.99)})
+    t = resolve_tolerance(gate, "fp16", "scores")
+    assert (t.atol, t.rtol, t.min_cosine, t.source) == (0.05, 0.02, 0.999, "default:fp16 < model:fp16")
+    t = resolve_tolerance(gate, "fp16", "boxes")
+    assert (t.atol, t.rtol, t.min_cosine) == (0.5, 0.0, 0.99)
+    assert t.source == "default:fp16 < model:fp16 < output:boxes"
+    t = resolve_tolerance(gate, "fp32", "scores")
+    assert t == DEFAULT_TOLERANCES["fp32"]
+
+
+def test_unknown_precision_names_the_known_ones():
+    with pytest.raises(ValueError, match="no default parity tolerance for precision 'fp4' "
+                                         r"\(known: fp32, fp16, bf16, int8, fp8\)"):
+        resolve_tolerance(ParityGate(), "fp4", "y")
