@@ -199,12 +199,18 @@ def default_registry_dir(manifest_file: str) -> str:
     return os.path.join(folder, "artifacts")
 
 
+def _section(data: dict, key: str, kind: type):
+    """A top-level section, or an empty one when it has the wrong type (the schema has reported that)."""
+    value = data.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
 def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, str]) -> Converted:
     """``bad``: manifest paths that have schema errors; entries under them are skipped, not guessed."""
     out = Converted()
     base_dir = os.path.dirname(manifest_file)
     defaults = data.get("defaults", {}) if not _invalid(bad, ("defaults",)) else None
-    for i, raw in enumerate(data.get("models", [])):
+    for i, raw in enumerate(_section(data, "models", list)):
         if defaults is None or _invalid(bad, ("models", i)) or not isinstance(raw, dict):
             out.models.append(None)
             continue
@@ -216,7 +222,7 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
             raw = {**raw, "gate": deep_merge(defaults["gate"], raw.get("gate", {}), path + ("gate",),
                                              ("defaults", "gate"), out.redirects)}
         out.models.append(_model(raw, base_dir))
-    for i, raw in enumerate(data.get("targets", [])):
+    for i, raw in enumerate(_section(data, "targets", list)):
         if defaults is None or _invalid(bad, ("targets", i)) or not isinstance(raw, dict):
             out.targets.append(None)
             continue
@@ -236,7 +242,7 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
     if not _invalid(bad, ("registry",)):
         out.registry = _registry(data.get("registry", {}), manifest_file, out.findings)
     if not _invalid(bad, ("runners",)):
-        for i, raw in enumerate(data.get("runners", ())):
+        for i, raw in enumerate(_section(data, "runners", list)):
             p: Path = ("runners", i, "compute_capability")
             cc = raw.get("compute_capability")
             cc = normalize_cc(cc, p, out.findings, scalars.get(p)) if cc is not None else None

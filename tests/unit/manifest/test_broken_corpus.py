@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.errors import ManifestError
 
@@ -31,6 +32,8 @@ def _normalize(text: str, root: Path, digests: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("case", CASES)
 def test_broken_manifest(case, load, repo_root, digests):
+    if "-yaml-" in case and not yaml.__with_libyaml__:
+        pytest.skip("YAML syntax messages are libyaml's; this PyYAML has no libyaml")
     with pytest.raises(ManifestError) as info:
         load((CORPUS / f"{case}.yaml").read_text(encoding="utf-8"), name=f"{case}.yaml")
     assert info.value.problems, "a ManifestError always carries problems"
