@@ -1,0 +1,71 @@
+"""plan.json -> the engine workflow's job matrices, written to $GITHUB_OUTPUT.
+
+Run by the generated workflow's `plan` job (included verbatim into its `run:` block) and loaded by
+`trt_orchestrator_plugins.ci.github` for ``runs_on``, so the two can never disagree. Standard library only.
+
+Outputs: ``matrix`` / ``gate_matrix`` = ``{"include": [{"shard": ID, "labels": [...]}, ...]}`` holding only
+shard ids and runner labels (data for `runs-on`, never interpolated into a script), ``has_changes`` and
+``has_gate`` (``true``/``false``).
+"""
+import json
+import os
+import sys
+
+MAX_MATRIX = 256  # GitHub Actions' limit of jobs per matrix
+# GitHub-hosted runner labels: a label set made of exactly one of these runs on GitHub's machines and gets no
+# `self-hosted` prefix. Everything else is a self-hosted runner's label.
+HOSTED_LABELS = frozenset({
+    "ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04", "ubuntu-24.04-arm", "ubuntu-22.04-arm",
+    "windows-latest", "windows-2025", "windows-2022", "windows-11-arm",
+    "macos-latest", "macos-15", "macos-14", "macos-13", "macos-latest-large", "macos-15-large",
+    "macos-14-large", "macos-13-large", "macos-latest-xlarge", "macos-15-xlarge", "macos-14-xlarge",
+})
+
+
+def runs_on(labels):
+    """The `runs-on` list of one label set: `self-hosted` first, unless it is one GitHub-hosted label."""
+    labels = list(labels)
+    if len(labels) == 1 and labels[0] in HOSTED_LABELS:
+        return labels
+    return ["self-hosted"] + [label for label in labels if label != "self-hosted"]
+
+
+def matrices(plan):
+    build, gate = [], []
+    for shard in sorted(plan["shards"], key=lambda s: s["id"]):
+        build_on = runs_on(shard["build_labels"])
+        gate_on = runs_on(shard["gate_labels"] or shard["build_labels"])
+        build.append({"shard": shard["id"], "labels": build_on})
+        if gate_on != build_on:
+            gate.append({"shard": shard["id"], "labels": gate_on})
+    return {"include": build}, {"include": gate}
+
+
+def outputs(plan):
+    build, gate = matrices(plan)
+    if len(build["include"]) > MAX_MATRIX:
+        sys.exit(f"plan.json has {len(build['include'])} shards, more than the {MAX_MATRIX} jobs one matrix "
+                 "can hold: give targets on the same machines the same runner labels, or split the manifests")
+    counts = plan["summary"]
+    changed = bool(counts["build"] or counts["rebuild"]) and bool(build["include"])
+
+    def dump(value):  # one line, ASCII only: safe for the name=value form of $GITHUB_OUTPUT
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    return {"matrix": dump(build), "gate_matrix": dump(gate),
+            "has_changes": "true" if changed else "false",
+            "has_gate": "true" if changed and gate["include"] else "false"}
+
+
+def main(plan_path="plan.json"):
+    with open(plan_path, encoding="utf-8") as f:
+        plan = json.load(f)
+    values = outputs(plan)
+    with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
+        for name in sorted(values):
+            out.write(f"{name}={values[name]}\n")
+    print(json.dumps(values, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
