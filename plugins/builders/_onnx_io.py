@@ -60,7 +60,10 @@ def model_bytes(path: Path | str) -> int:
     from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 
     path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # unreadable: the tool that reads it next reports the problem in its own words
+        return path.stat().st_size
     locations = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
     return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations
                                      if (path.parent / loc).is_file())
