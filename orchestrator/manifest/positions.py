@@ -105,8 +105,10 @@ class _Builder:
             self.source.scalars.setdefault(path, node.value)
             try:
                 return self.scalar.construct_object(node, deep=True)
-            except yaml.YAMLError as e:  # e.g. an impossible timestamp: keep the text, report it
-                self.findings.append(Finding(path, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {e.problem}"))
+            except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+                # An explicit tag the text cannot satisfy (`!!int cpu`, an unknown `!tag`): keep the text, report it.
+                why = e.problem if isinstance(e, yaml.MarkedYAMLError) else str(e)
+                self.findings.append(Finding(path, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {why}"))
                 return node.value
         inner = active | {id(node)}
         if isinstance(node, yaml.SequenceNode):
