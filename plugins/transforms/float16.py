@@ -103,6 +103,7 @@ class FloatConversion:
                 raise BuildError(f"{self.kind} conversion of {request.onnx_path.name} failed: "
                                  f"{type(e).__name__}: {e}", node=request.key) from e
         truncated = sum("truncated" in str(w.message) for w in caught)
+        repaired = _restore_float_outputs(model, converted) if request.precision.keep_io_types else []
         retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
         written = save_model(converted, request.out_path)
         facts = {
@@ -113,12 +114,45 @@ class FloatConversion:
             "cast_nodes": sum(n.op_type == "Cast" for n in converted.graph.node),
             "fp16_range_warnings": truncated,
             "retyped_tensors": retyped,
+            "outputs_restored_to_fp32": repaired,
             "files": [str(p) for p in written],
             "seconds": round(time.perf_counter() - started, 3),
         }
         request.log(f"{self.kind}: converted {request.onnx_path.name} ({facts['cast_nodes']} Cast nodes, "
                     f"{facts['blocked_nodes']} ops kept fp32) in {facts['seconds']}s")
         return facts
+
+
+def _restore_float_outputs(original, converted) -> list[str]:
+    """Work around onnxconverter-common 1.16 ignoring keep_io_types for an output made by a blocked op: it
+    computes e.g. Softmax in fp32, then Casts the result to fp16 and declares the graph output fp16 (found
+    with a Gemm+Softmax model). Point that Cast back at fp32 (or add one) so the I/O types really are kept."""
+    from onnx import TensorProto, helper
+
+    wanted = {o.name for o in original.graph.output if o.type.tensor_type.elem_type == TensorProto.FLOAT}
+    producers = {out: node for node in converted.graph.node for out in node.output}
+    repaired = []
+    for index, output in enumerate(converted.graph.output):
+        tensor_type = output.type.tensor_type
+        if output.name not in wanted or tensor_type.elem_type == TensorProto.FLOAT:
+            continue
+        node = producers.get(output.name)
+        to = next((a for a in node.attribute if a.name == "to"), None) if node is not None else None
+        if node is not None and node.op_type == "Cast" and to is not None:
+            to.i = TensorProto.FLOAT
+        else:
+            low = output.name + "_low_precision"
+            for n in converted.graph.node:
+                n.output[:] = [low if o == output.name else o for o in n.output]
+                n.input[:] = [low if i == output.name else i for i in n.input]
+            converted.graph.node.append(helper.make_node("Cast", [low], [output.name], to=TensorProto.FLOAT,
+                                                         name=output.name + "_cast_to_fp32"))
+        tensor_type.elem_type = TensorProto.FLOAT
+        for vi in converted.graph.value_info:
+            if vi.name == output.name:
+                vi.type.tensor_type.elem_type = TensorProto.FLOAT
+        repaired.append(output.name)
+    return repaired
 
 
 def _float_weights(model) -> dict[str, object]:
