@@ -86,7 +86,7 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
         return f"{target.builder} {target.builder_version} cannot build {spec.name} (via {spec.via})"
     need = _MIN_CC.get(spec.name)
     if need and target.compute_capabilities:
-        low = [c for c in target.compute_capabilities if _cc_tuple(c) < need]
+        low = sorted((c for c in target.compute_capabilities if _cc_tuple(c) < need), key=_cc_tuple)
         if low:
             return (f"{spec.name} needs compute capability >= {need[0]}.{need[1]}; "
                     f"target has {', '.join(cc_slug(c) for c in low)}")
