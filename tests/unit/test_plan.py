@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
+from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 from orchestrator.errors import CIError, PlanError
 from orchestrator.plan import make_shards, plan_against, plan_from_json
 from orchestrator.registry import IndexEntry

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
+from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 from orchestrator.errors import UsageError
 from orchestrator.graph import NODE_KINDS, BuildGraph, Node
 from orchestrator.render_graph import mermaid_label, nodes_from_json, render

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from core_fixtures import (
+from tests.unit.core_fixtures import (
     capabilities,
     image_input,
     inputs_for,
