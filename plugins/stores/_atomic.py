@@ -32,10 +32,12 @@ def sha256_file(path: Path) -> tuple[str, int]:
     """``(hex digest, size)`` of a file, read in 8 MiB chunks."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            size += n
     return h.hexdigest(), size
 
 
@@ -87,8 +89,12 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
 
 
 def copy_stream(src: BinaryIO, writer: HashingWriter) -> None:
-    while chunk := src.read(CHUNK):
-        writer.write(chunk)
+    """Copy through one reused 8 MiB buffer: a fresh 8 MiB ``bytes`` per read costs an mmap + page faults
+    each time, which halved throughput in bench/bench_registry.py."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while n := src.readinto(buf):
+        writer.write(view[:n])
 
 
 def atomic_write_bytes(dest: Path, data: bytes) -> None:
@@ -102,3 +108,37 @@ def atomic_write_json(dest: Path, obj: object, *, indent: int | None = None) -> 
     raw = data.encode() + b"\n"
     atomic_write_bytes(dest, raw)
     return raw
+
+
+def stage_copy(src: Path, directory: Path) -> tuple[Path, str, int]:
+    """Copy ``src`` into a temp file in ``directory`` in-kernel (sendfile/copy_file_range, as cp does), then
+    hash *the copy* and fsync it. Returns (temp path, hex, size); the caller checks the digest and then
+    :func:`commit`s or unlinks. Hashing the stored bytes is at least as strong as hashing while copying, and
+    on this 2-core VM a userspace copy ran at ~110 MB/s against cp's ~500 MB/s (bench/NOTES-registry.md)."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".incoming.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        hexdigest, size = sha256_file(Path(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp), hexdigest, size
+
+
+def commit(tmp: Path, dest: Path, *, overwrite: bool = True) -> None:
+    """Rename a staged temp file onto ``dest`` and fsync the directory (or drop it if ``dest`` exists and
+    ``overwrite`` is False: content-addressed names)."""
+    if not overwrite and dest.exists():
+        os.unlink(tmp)
+        return
+    os.replace(tmp, dest)
+    fsync_dir(dest.parent)

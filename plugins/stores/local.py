@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -33,7 +32,7 @@ from orchestrator.manifest.model import RegistryConfig
 from orchestrator.metadata import index_entry, utc_now, validate_metadata
 from orchestrator.registry import ArtifactFiles, IndexEntry, StoredArtifact
 
-from ._atomic import HashingWriter, atomic_write_json, atomic_writer, copy_stream, fsync_dir
+from ._atomic import atomic_write_json, commit, stage_copy
 
 INDEX_FORMAT = 1
 LOCK_TIMEOUT_S = 300.0
@@ -159,31 +158,17 @@ class LocalStore:
 
     # ---- publish -----------------------------------------------------------------------------------------
     def _store_blob(self, src: Path, expected: str | None, what: str) -> tuple[str, int]:
-        """Copy ``src`` into blobs/ (streamed, hashed, fsync'd, renamed to its content address)."""
-        self.blobs.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".incoming.", suffix=".tmp", dir=self.blobs)
-        try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-                w = HashingWriter(out)
-                copy_stream(f, w)
-                out.flush()
-                os.fsync(out.fileno())
-            digest = f"sha256:{w.hexdigest()}"
-            if expected is not None and digest != expected:
-                raise IntegrityError(
-                    f"{what}: file {src} has {digest} but its metadata says {expected}",
-                    hint="the engine changed after its metadata was built; rebuild the metadata from this file")
-            final = self.blobs / w.hexdigest()
-            if final.exists():  # content-addressed: same name, same bytes (verified on every read)
-                os.unlink(tmp)
-            else:
-                os.replace(tmp, final)
-                fsync_dir(self.blobs)
-            return digest, w.size
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        """Copy ``src`` into blobs/ (in-kernel copy, the copy hashed and fsync'd, renamed to its content address)."""
+        tmp, hexdigest, size = stage_copy(src, self.blobs)
+        digest = f"sha256:{hexdigest}"
+        if expected is not None and digest != expected:
+            os.unlink(tmp)
+            raise IntegrityError(
+                f"{what}: file {src} has {digest} but its metadata says {expected}",
+                hint="the engine changed after its metadata was built; rebuild the metadata from this file")
+        # content-addressed: an existing blob of that name has the same bytes (verified on every read)
+        commit(tmp, self.blobs / hexdigest, overwrite=False)
+        return digest, size
 
     def put(self, files: ArtifactFiles) -> StoredArtifact:
         meta = json.loads(json.dumps(files.metadata))  # our own copy, proven JSON
@@ -256,21 +241,20 @@ class LocalStore:
         return self._stored(meta)
 
     def _copy_verified(self, digest: str, dest: Path, address: str) -> None:
-        """Stream the blob into a temp file next to ``dest``, hashing; rename only if the digest matches."""
+        """Copy the blob to a temp file next to ``dest``, hash the copy; rename only if the digest matches."""
         src = self.blob_path(digest)
-        try:
-            f = open(src, "rb")
-        except FileNotFoundError:
+        if not src.is_file():
             raise IntegrityError(f"{address}: engine blob {digest} is missing from {self.blobs}",
-                                 hint="the store was damaged; republish this artifact") from None
-        with f, atomic_writer(dest) as w:
-            copy_stream(f, w)
-            actual = f"sha256:{w.hexdigest()}"
-            if actual != digest:
-                raise IntegrityError(
-                    f"{address}: engine {digest} failed its integrity check (stored bytes hash to {actual}); "
-                    f"{dest} was not written",
-                    hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
+                                 hint="the store was damaged; republish this artifact")
+        tmp, hexdigest, _ = stage_copy(src, dest.parent)
+        actual = f"sha256:{hexdigest}"
+        if actual != digest:
+            os.unlink(tmp)
+            raise IntegrityError(
+                f"{address}: engine {digest} failed its integrity check (stored bytes hash to {actual}); "
+                f"{dest} was not written",
+                hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
+        commit(tmp, dest)
 
     def find(self, *, address: str | None = None, model: str | None = None, version: str | None = None,
              labels: dict | None = None) -> list[StoredArtifact]:

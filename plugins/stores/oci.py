@@ -316,8 +316,12 @@ class OciStore:
 
         try:
             with r, atomic_writer(dest) as w:
-                for chunk in r.iter_content(chunk_size=CHUNK):
-                    w.write(chunk)
+                # readinto one reused buffer: iter_content(8 MiB) joins many small reads into fresh 8 MiB
+                # bytes objects and ran at ~80 MB/s here against curl's ~290 MB/s.
+                buf = bytearray(CHUNK)
+                view = memoryview(buf)
+                while n := r.raw.readinto(buf):
+                    w.write(view[:n])
                 actual = f"sha256:{w.hexdigest()}"
                 if actual != digest:
                     raise IntegrityError(

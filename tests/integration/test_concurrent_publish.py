@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from registry_server import registry  # noqa: F401  (the fixture; the script's dir is on sys.path as a worker)
+try:  # tests/ may or may not be a package
+    from .registry_server import registry, make_artifact  # noqa: F401
+except ImportError:
+    from registry_server import registry, make_artifact  # noqa: F401
 
 HERE = Path(__file__).parent
 WORKERS = 8
@@ -25,8 +28,6 @@ def cells_of(worker: int) -> list[int]:
 
 
 def publish(kind: str, target: str, worker: int, workdir: Path) -> None:
-    from registry_server import make_artifact
-
     from orchestrator.manifest.model import RegistryConfig
 
     if kind == "local":
@@ -51,8 +52,6 @@ def run_publishers(kind: str, target: str, workdir: Path) -> None:
 
 
 def expected(workdir: Path) -> tuple[set[str], set[str]]:
-    from registry_server import make_artifact
-
     metas = [make_artifact(workdir / "expect" / f"c{i}", size=256 * 1024, **c).metadata for i, c in enumerate(CELLS)]
     return {m["build_key"] for m in metas}, {m["engine"]["digest"] for m in metas}
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from registry_server import flip_byte, make_artifact
+try:  # tests/ may or may not be a package
+    from .registry_server import flip_byte, make_artifact  # noqa: F401
+except ImportError:
+    from registry_server import flip_byte, make_artifact  # noqa: F401
 
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
 from orchestrator.manifest.model import RegistryConfig
@@ -67,7 +70,7 @@ def test_flipped_byte_fails_integrity_and_leaves_dest_untouched(store, tmp_path)
     text = str(exc.value)
     assert text.startswith(f"{files.metadata['address']}: engine {stored.digest} failed its integrity check")
     assert dest.read_bytes() == b"the engine that was here before"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".deploy")] == []  # no temp left behind
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left behind
 
 
 def test_versions_are_immutable_and_latest_moves_only_forward(store, tmp_path):

@@ -6,7 +6,10 @@ import threading
 import time
 
 import pytest
-from registry_server import RegistryServer, flip_byte, make_artifact, registry, require_binary  # noqa: F401
+try:  # tests/ may or may not be a package
+    from .registry_server import RegistryServer, flip_byte, free_port, make_artifact, registry, require_binary  # noqa: F401
+except ImportError:
+    from registry_server import RegistryServer, flip_byte, free_port, make_artifact, registry, require_binary  # noqa: F401
 
 from orchestrator.errors import IntegrityError, StoreUnavailableError
 from orchestrator.manifest.model import RegistryConfig
@@ -90,8 +93,6 @@ def test_corrupted_blob_in_registry_storage_fails_integrity(registry, tmp_path):
 
 
 def test_unreachable_registry_is_reported_without_traceback(tmp_path):
-    from registry_server import free_port
-
     store = OciStore(RegistryConfig(store="oci", url=f"127.0.0.1:{free_port()}/engines", insecure=True))
     store.backoff_s = 0.01
     with pytest.raises(StoreUnavailableError) as exc:
