@@ -40,10 +40,13 @@ def hash_file(path: str, *, scan_external: bool = False) -> tuple[str, bool]:
                 break
             h.update(view[:n])
             if scan_external and not found:
-                # the mark may straddle two chunks: search the seam too
-                if _EXTERNAL_MARK in tail + bytes(view[: len(_EXTERNAL_MARK)]) or buf.find(_EXTERNAL_MARK, 0, n) >= 0:
+                # the mark may straddle two chunks: search the seam too. Only the n bytes just read: past them the
+                # buffer still holds the previous chunk's bytes, which glued onto the seam gave false marks.
+                head = bytes(view[:min(n, len(_EXTERNAL_MARK))])
+                if _EXTERNAL_MARK in tail + head or buf.find(_EXTERNAL_MARK, 0, n) >= 0:
                     found = True
-                tail = bytes(view[max(0, n - len(_EXTERNAL_MARK)):n])
+                tail = (tail + head)[-len(_EXTERNAL_MARK):] if n < len(_EXTERNAL_MARK) else \
+                    bytes(view[n - len(_EXTERNAL_MARK):n])
     return "sha256:" + h.hexdigest(), found
 
 
@@ -88,7 +91,10 @@ class DigestCache:
             return entry["digest"], entry.get("maybe_external", False)
         digest, maybe_external = hash_file(path, scan_external=scan_external)
         self.rehashed += 1
-        self.entries[path] = {"stat": key, "digest": digest, "maybe_external": maybe_external}
+        entry = {"stat": key, "digest": digest}
+        if scan_external:  # an unscanned hash says nothing about external data: model_digest must scan again
+            entry["maybe_external"] = maybe_external
+        self.entries[path] = entry
         self.dirty = True
         return digest, maybe_external
 
