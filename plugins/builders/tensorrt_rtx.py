@@ -191,6 +191,35 @@ def _layer_info_from_log(listing: str, out: Path) -> None:
     out.write_text(json.dumps({"source": "build-log", "layers": layers}, indent=1), encoding="utf-8")
 
 
+def _shared_dim_conflicts(onnx_path: Path, profiles) -> list[str]:
+    """Equally named symbolic dims are one dim to TensorRT; a profile that sizes them differently fails deep in
+    the builder ("Input dimensions with this name have different constant values", seen with PP-OCR cls, whose
+    H and W are both named "?"). Find that before building and say which dims and values clash."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    except Exception:  # the parser already read it; nothing to add
+        return []
+    named: dict[str, list[tuple[str, int]]] = {}
+    for value in graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_param") and dim.dim_param:
+                named.setdefault(dim.dim_param, []).append((value.name, axis))
+    problems = []
+    for param, places in named.items():
+        if len(places) < 2:
+            continue
+        for profile in profiles:
+            for which, index in (("min", 0), ("opt", 1), ("max", 2)):
+                sizes = {(name, axis): profile.shapes[name][index][axis] for name, axis in places
+                         if name in profile.shapes and axis < len(profile.shapes[name][index])}
+                if len(set(sizes.values())) > 1:
+                    where = ", ".join(f"{name}[{axis}]={size}" for (name, axis), size in sizes.items())
+                    problems.append(f"dim {param!r} in profile {profile.name!r} {which}: {where}")
+    return problems
+
+
 class TensorRtxBuilder:
     """Builds one strongly typed TensorRT-RTX AOT engine per request."""
 
@@ -239,7 +268,13 @@ class TensorRtxBuilder:
         log_path = out_dir / LOG_NAME
         started = time.perf_counter()
         with _capture(trt, log_path, request.log) as sink:
-            plan, facts = self._build_plan(trt, request, sink)
+            try:
+                plan, facts = self._build_plan(trt, request, sink)
+            except BuildError:
+                raise
+            except Exception as e:  # pybind TypeError/ValueError/RuntimeError from the bindings: ours to name
+                raise BuildError(f"TensorRT-RTX {trt.__version__} failed: {type(e).__name__}: {e}",
+                                 node=request.address, log_tail="\n".join(sink.tail[-15:]) or None) from e
             build_seconds = time.perf_counter() - started
             engine_path = out_dir / ENGINE_NAME
             engine_path.write_bytes(plan)
@@ -299,6 +334,13 @@ class TensorRtxBuilder:
                         f"its inputs: {', '.join(inputs)}", node=request.address)
                 profile.set_shape(name, tuple(lo), tuple(opt), tuple(hi))
             config.add_optimization_profile(profile)
+
+        conflicts = _shared_dim_conflicts(request.onnx_path, request.profiles)
+        if conflicts:
+            raise BuildError(
+                "TensorRT treats input dims with the same name as one dim, but the profiles give them different "
+                "sizes:\n  " + "\n  ".join(conflicts), node=request.address,
+                hint="use equal sizes for those dims, or give the dims distinct names in the ONNX model")
 
         ccs = tuple(request.target.compute_capabilities)
         if ccs:

@@ -187,3 +187,10 @@ def test_available_checks_the_exact_installed_version():
     reason = builder.available(NO_GPU, Target(name="old", builder="tensorrt-rtx", builder_version="1.6.0.23"))
     assert reason == (f"installed tensorrt-rtx {RTX_VERSION} but target 'old' wants 1.6.0.23 "
                       "(RTX engines load only on the release that built them)")
+
+
+def test_equally_named_dims_with_different_sizes_are_explained(demo_models, tmp_path):
+    # PP-OCR cls declares H and W both as "?"; TensorRT reads them as one dim.
+    profile = OptimizationProfile("cls", {"x": ((1, 3, 48, 192), (4, 3, 48, 192), (8, 3, 48, 192))})
+    with pytest.raises(BuildError, match=r"dim '\?' in profile 'cls' min: x\[2\]=48, x\[3\]=192"):
+        builder.build(request(demo_models / "ch_ppocr_mobile_v2.0_cls_infer.onnx", tmp_path / "out", [profile]))
