@@ -288,7 +288,8 @@ class TensorRtxBuilder:
             "tensorrt_rtx_version": trt.__version__,
             "strongly_typed": True,
             "precision": request.precision.name,
-            "precision_via": "native" if request.native_precision else "transform",
+            "precision_via": "native" if request.native_precision
+            else ("transform" if request.precision.name != "fp32" else "none"),
             "plan_header": read_plan_header(plan[:28]),
             "engine_bytes": len(plan),
             "layer_info": source,

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from orchestrator.manifest.model import DataSource, PrecisionSpec, Target
+from orchestrator.manifest.model import DataSource, PrecisionSpec, Preprocess, Target
 from orchestrator.builders import BuildRequest, OptimizationProfile, TransformRequest
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins.transforms import _data
@@ -194,3 +194,20 @@ def test_npy_layouts_and_folders(tmp_path):
         list(_data.iter_samples(DataSource(path=str(tmp_path / "wrong.npz")), {"x": shape}, {}))
     with pytest.raises(BuildError, match=r"has shape \[7, 3, 4, 4\]; expected \[2, 3, 5, 5\]"):
         list(_data.iter_samples(DataSource(path=str(tmp_path / "rows.npy")), {"x": (2, 3, 5, 5)}, {}))
+
+
+def test_image_folder_with_preprocessing(tmp_path):
+    try:
+        from PIL import Image
+    except ImportError:  # without Pillow the reader says so, in our error family
+        (tmp_path / "a.png").write_bytes(b"")
+        with pytest.raises(BuildError, match="reading an image folder needs Pillow"):
+            list(_data.iter_samples(DataSource(path=str(tmp_path)), {"x": (1, 3, 8, 8)}, {}))
+        return
+    for i in range(3):
+        pixels = np.full((10, 20, 3), (255, 0, 0), np.uint8)  # red, so RGB/BGR order is visible
+        Image.fromarray(pixels).save(tmp_path / f"{i}.png")
+    pre = Preprocess(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), color="BGR")
+    got = list(_data.iter_samples(DataSource(path=str(tmp_path), preprocess=pre), {"x": (1, 3, 16, 32)}, {}))
+    assert len(got) == 3 and got[0]["x"].shape == (1, 3, 16, 32) and got[0]["x"].dtype == np.float32
+    np.testing.assert_allclose(got[0]["x"][0, :, 0, 0], [-1.0, -1.0, 1.0])  # BGR: red lands in channel 2
