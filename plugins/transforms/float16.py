@@ -27,6 +27,16 @@ from orchestrator.errors import BuildError
 
 from ..builders._onnx_io import load_model, save_model
 
+# onnxconverter-common 1.16's float16.DEFAULT_OP_BLOCK_LIST, copied so that settings() stays pure; the list is
+# always passed explicitly to the converter, so its output depends on this list and the library version only.
+CONVERTER_DEFAULT_OP_BLOCK_LIST: tuple[str, ...] = (
+    "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "CumSum", "DictVectorizer",
+    "FeatureVectorizer", "Imputer", "LabelEncoder", "LinearClassifier", "LinearRegressor", "Max", "Min",
+    "NonMaxSuppression", "Normalizer", "OneHotEncoder", "RandomUniformLike", "Range", "Resize", "RoiAlign",
+    "SVMClassifier", "SVMRegressor", "Scaler", "TopK", "TreeEnsembleClassifier", "TreeEnsembleRegressor",
+    "Upsample", "ZipMap",
+)
+
 # Kept in fp32 on top of onnxconverter-common's DEFAULT_OP_BLOCK_LIST (ML-domain ops, Resize/Upsample, Range,
 # TopK, NMS, RoiAlign, CumSum, Min/Max, RandomUniformLike: ops with fp32-only kernels or index math).
 # These are the ops PyTorch autocast runs in float32 ("CUDA Ops that can autocast to float32": softmax,
@@ -48,10 +58,9 @@ LowType = Literal["fp16", "bf16"]
 
 
 def default_op_block_list(kind: LowType = "fp16") -> tuple[str, ...]:
-    from onnxconverter_common import float16
-
+    """Pure (no import of onnxconverter_common): settings() feeds build keys on planning machines too."""
     extra = BF16_ONLY_BLOCKED if kind == "bf16" else ()
-    return tuple(sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(NUMERICALLY_SENSITIVE_OPS) | set(extra)))
+    return tuple(sorted(set(CONVERTER_DEFAULT_OP_BLOCK_LIST) | set(NUMERICALLY_SENSITIVE_OPS) | set(extra)))
 
 
 def _version(dist: str) -> str | None:
@@ -105,6 +114,7 @@ class FloatConversion:
         truncated = sum("truncated" in str(w.message) for w in caught)
         repaired = _restore_float_outputs(model, converted) if request.precision.keep_io_types else []
         retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
+        request.out_path.parent.mkdir(parents=True, exist_ok=True)
         written = save_model(converted, request.out_path)
         facts = {
             "kind": self.kind,

@@ -111,6 +111,7 @@ class Int8QdqTransform:
         started = time.perf_counter()
         samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
         out_path = Path(request.out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
         large = model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD
         with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".int8-") as tmp:
             prepared = Path(tmp) / "prepared.onnx"

@@ -17,14 +17,15 @@ from trt_orchestrator_plugins.builders import tensorrt_rtx as rtx_plugin
 HEAVY = ("tensorrt_rtx", "onnxruntime", "onnxconverter_common")
 
 
-def test_loading_every_plugin_and_asking_capabilities_imports_no_heavy_library():
+def test_loading_plugins_capabilities_and_settings_import_no_heavy_library():
     code = (
         "import sys\n"
         "from orchestrator import plugins\n"
         "for name in ('tensorrt-rtx', 'onnxruntime'):\n"
         "    b = plugins.builder(name); b.capabilities('1.7.1.116')\n"
-        "for kind in ('fp16', 'bf16', 'int8-qdq'):\n"
-        "    plugins.transform(kind)\n"
+        "from orchestrator.manifest.model import PrecisionSpec\n"
+        "for kind, p in (('fp16', 'fp16'), ('bf16', 'bf16'), ('int8-qdq', 'int8')):\n"
+        "    plugins.transform(kind).settings(PrecisionSpec(p))\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -87,3 +88,10 @@ def test_ort_not_installed_reason(monkeypatch):
     target = Target(name="ort", builder="onnxruntime", builder_version="1.31", device="cpu")
     assert ort_plugin.builder.available(RunnerFingerprint(os="linux", arch="x86_64"), target) == (
         "onnxruntime 1.31 is not installed (pip install 'trt-orchestrator[ort]')")
+
+
+def test_vendored_fp16_block_list_matches_the_installed_converter():
+    float16 = pytest.importorskip("onnxconverter_common.float16")
+    from trt_orchestrator_plugins.transforms.float16 import CONVERTER_DEFAULT_OP_BLOCK_LIST
+
+    assert sorted(CONVERTER_DEFAULT_OP_BLOCK_LIST) == sorted(float16.DEFAULT_OP_BLOCK_LIST)
