@@ -95,7 +95,7 @@ def _logger(trt):
             def __init__(self) -> None:
                 trt.ILogger.__init__(self)
 
-            def log(self, severity, msg) -> None:  # noqa: D401 - TensorRT callback
+            def log(self, severity, msg) -> None:  # TensorRT calls this for every message
                 sink = _SINK
                 if sink is not None:
                     sink.write(str(severity).rsplit(".", 1)[-1], msg)
@@ -109,7 +109,7 @@ def _capture(trt, path: Path, echo: Callable[[str], None]) -> Iterator[_LogSink]
     """Route TensorRT's messages to one build's sink; builds in one process are serialized by the lock."""
     global _SINK
     with _LOCK:
-        logger = _logger(trt)
+        _logger(trt)  # created before any Builder so that it is the process's first TensorRT logger
         sink = _LogSink(path, echo)
         _SINK = sink
         try:
@@ -117,7 +117,6 @@ def _capture(trt, path: Path, echo: Callable[[str], None]) -> Iterator[_LogSink]
         finally:
             _SINK = None
             sink.close()
-            del logger
 
 
 def _cc_enum(trt, cc: str):
