@@ -15,11 +15,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
-from orchestrator.manifest.model import Target
 from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
 from orchestrator.errors import BuildError
 from orchestrator.hardware import RunnerFingerprint
+from orchestrator.manifest.model import Target
 
 from ._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
 

@@ -20,11 +20,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
-# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
-from orchestrator.manifest.model import Target
 from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
 from orchestrator.errors import BuildError
 from orchestrator.hardware import RunnerFingerprint
+from orchestrator.manifest.model import Target
 
 from ._onnx_io import read_plan_header
 

@@ -20,10 +20,9 @@ import warnings
 from importlib import metadata
 from typing import Literal
 
-# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
-from orchestrator.manifest.model import PrecisionSpec
 from orchestrator.builders import TransformRequest
 from orchestrator.errors import BuildError
+from orchestrator.manifest.model import PrecisionSpec
 
 from ..builders._onnx_io import load_model, save_model
 

@@ -17,10 +17,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-# manifest.model first: orchestrator.manifest's package init imports orchestrator.builders (cycle).
-from orchestrator.manifest.model import PrecisionSpec
 from orchestrator.builders import TransformRequest
 from orchestrator.errors import BuildError
+from orchestrator.manifest.model import PrecisionSpec
 
 from ..builders._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
 from ._data import iter_samples
