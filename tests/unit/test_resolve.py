@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.core_fixtures import (
     capabilities,
@@ -21,7 +23,7 @@ from tests.unit.core_fixtures import (
 )
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.model import MatrixRule, RunnerPool
-from orchestrator.resolve import resolve
+from orchestrator.resolve import resolve, topological_order
 
 
 def _resolve(*manifests, **kw):
@@ -293,3 +295,52 @@ def test_key_inputs_exact_for_a_native_fp16_cell():
         "plugin_libraries": {"/opt/p.so": "sha256:" + "9" * 64},
         "salt": "s1",
     }
+
+
+def _graphlib_order(nodes):
+    from graphlib import TopologicalSorter
+
+    sorter = TopologicalSorter()
+    for node_id in sorted(nodes):
+        sorter.add(node_id, *nodes[node_id].deps)
+    sorter.prepare()
+    order = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        order.extend(ready)
+        sorter.done(*ready)
+    return tuple(order)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 29), max_size=4), min_size=1, max_size=30), st.booleans())
+def test_topological_order_equals_the_sorted_graphlib_layers(deps, dangling):
+    from orchestrator.graph import Node
+
+    # node i may depend only on nodes < i (a DAG); with `dangling`, also on ids that are not nodes
+    nodes = {f"n{i:02d}": Node(f"n{i:02d}", "build", tuple(f"n{d:02d}" for d in ds if d < i)
+                               + (("ghost",) if dangling and i % 3 == 0 else ()), "k")
+             for i, ds in enumerate(deps)}
+    assert topological_order(nodes) == _graphlib_order(nodes)
+
+
+def test_topological_order_refuses_a_cycle():
+    from graphlib import CycleError
+
+    from orchestrator.graph import Node
+
+    with pytest.raises(CycleError):
+        topological_order({"a": Node("a", "build", ("b",), "k"), "b": Node("b", "build", ("a",), "k")})
+
+
+def test_every_build_key_is_the_key_of_its_key_inputs():
+    from orchestrator.keys import build_key
+
+    m = manifest([model("b", precs=("fp16", "int8", "fp8"), calibration="/c"), model("a", precs=("fp32", "bf16"))],
+                 [target(), rtx_target(), ort_target(), target("h", version="11.1.0.8", ccs=("9.0",))], salt="é")
+    g = _resolve(m, plugin_libraries={"/p/b.so": "sha256:2", "/p/a.so": "sha256:1"})
+    assert len(g.cells) == 20
+    for c in g.cells:
+        assert c.build_key == build_key(c.key_inputs)
+        if c.transform_node:
+            assert g.nodes[c.transform_node].key == build_key(c.key_inputs["transform"]) if not c.blocked else True
