@@ -15,6 +15,7 @@ lower precisions: the types live in the graph, not in builder flags (shared/refe
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from importlib import metadata
@@ -88,6 +89,7 @@ class FloatConversion:
                       + ("+retype-bfloat16(weights from fp32, round-nearest-even)" if self.kind == "bf16" else ""),
             "keep_io_types": precision.keep_io_types,
             "op_block_list": list(self.op_block_list(precision)),
+            "range_guard": {"max_finite": FP16_MAX, "min_positive": FP16_MIN_POSITIVE, "keep_out_of_range": True},
             "onnxconverter_common": _version("onnxconverter-common"),
             "onnx": _version("onnx"),
         }
@@ -104,12 +106,26 @@ class FloatConversion:
         original = _float_weights(model) if self.kind == "bf16" else {}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            _name_unnamed_nodes(model)
+            guarded = out_of_range_nodes(model)
+            convert = functools.partial(float16.convert_float_to_float16, op_block_list=block,
+                                        node_block_list=guarded, min_positive_val=FP16_MIN_POSITIVE,
+                                        max_finite_val=FP16_MAX)
+            inputs_cast: list[str] = []
             try:
-                converted = float16.convert_float_to_float16(
-                    model, keep_io_types=request.precision.keep_io_types, op_block_list=block)
+                try:
+                    converted = convert(model, keep_io_types=request.precision.keep_io_types)
+                except ValueError as e:
+                    # onnxconverter-common 1.16 fails in remove_unnecessary_cast_node when a blocked op
+                    # (e.g. a final Softmax) feeds a graph output under keep_io_types; convert with fp16 I/O
+                    # and put the fp32 boundary back ourselves (inputs here, outputs below).
+                    if not (request.precision.keep_io_types and "second cast node" in str(e)):
+                        raise
+                    converted = convert(model, keep_io_types=False)
+                    inputs_cast = _restore_float_inputs(model, converted)
             except Exception as e:  # the converter raises plain ValueError/RuntimeError on odd graphs
                 raise BuildError(f"{self.kind} conversion of {request.onnx_path.name} failed: "
-                                 f"{type(e).__name__}: {e}", node=request.key) from e
+                                 f"{type(e).__name__}: {e}") from e
         truncated = sum("truncated" in str(w.message) for w in caught)
         repaired = _restore_float_outputs(model, converted) if request.precision.keep_io_types else []
         retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
@@ -124,12 +140,83 @@ class FloatConversion:
             "fp16_range_warnings": truncated,
             "retyped_tensors": retyped,
             "outputs_restored_to_fp32": repaired,
+            "inputs_restored_to_fp32": inputs_cast,
+            "kept_fp32_out_of_range": len(guarded),
             "files": [str(p) for p in written],
             "seconds": round(time.perf_counter() - started, 3),
         }
         request.log(f"{self.kind}: converted {request.onnx_path.name} ({facts['cast_nodes']} Cast nodes, "
                     f"{facts['blocked_nodes']} ops kept fp32) in {facts['seconds']}s")
         return facts
+
+
+FP16_MAX = 65504.0
+FP16_MIN_POSITIVE = 5.96e-08  # smallest fp16 subnormal
+
+
+def out_of_range_nodes(model) -> list[str]:
+    """Names of nodes that must stay fp32 because a weight they make or read is outside fp16's range.
+
+    The converter otherwise clamps such values (its default ceiling is 1e4): PP-OCRv4 det has a
+    BatchNormalization variance of 9.8e7 stored in a Constant node, and clamping it ruined the model's output
+    (58-66 % of a near-zero map came out near 1). Keeping the Constant and its consumers in fp32 fixes it."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    def bad(tensor) -> bool:
+        if tensor.data_type != TensorProto.FLOAT:
+            return False
+        values = np.abs(numpy_helper.to_array(tensor))
+        return bool(values.size) and bool((values > FP16_MAX).any())
+
+    names: set[str] = set()
+    bad_tensors: set[str] = set()
+    for graph in _graphs(model.graph):
+        bad_tensors |= {t.name for t in graph.initializer if bad(t)}
+        for node in graph.node:
+            if node.op_type == "Constant":
+                value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if value is not None and bad(value):
+                    names.add(node.name)
+                    bad_tensors |= set(node.output)
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            if bad_tensors.intersection(node.input):
+                names.add(node.name)
+    return sorted(n for n in names if n)
+
+
+def _name_unnamed_nodes(model) -> None:
+    """The converter blocks nodes by name; exporters (paddle2onnx) leave Constant nodes unnamed."""
+    taken = {n.name for g in _graphs(model.graph) for n in g.node if n.name}
+    for g in _graphs(model.graph):
+        for i, node in enumerate(g.node):
+            if not node.name:
+                name = f"{node.op_type}_{i}"
+                while name in taken:
+                    name += "_"
+                node.name = name
+                taken.add(name)
+
+
+def _restore_float_inputs(original, converted) -> list[str]:
+    """Graph inputs that were fp32 and came out fp16: declare them fp32 again and Cast to fp16 inside."""
+    from onnx import TensorProto, helper
+
+    wanted = {i.name for i in original.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT}
+    restored = []
+    for graph_input in converted.graph.input:
+        tensor_type = graph_input.type.tensor_type
+        if graph_input.name not in wanted or tensor_type.elem_type != TensorProto.FLOAT16:
+            continue
+        low = graph_input.name + "_fp16"
+        for node in converted.graph.node:
+            node.input[:] = [low if i == graph_input.name else i for i in node.input]
+        converted.graph.node.insert(0, helper.make_node("Cast", [graph_input.name], [low], to=TensorProto.FLOAT16,
+                                                        name=graph_input.name + "_cast_to_fp16"))
+        tensor_type.elem_type = TensorProto.FLOAT
+        restored.append(graph_input.name)
+    return restored
 
 
 def _restore_float_outputs(original, converted) -> list[str]:
