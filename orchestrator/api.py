@@ -53,6 +53,12 @@ class Project:
         return next(m for m in self.manifests if m.file == cell.manifest)
 
 
+def display_path(path: str) -> str:
+    """Relative to the working directory when inside it: plans move between runners with other checkouts."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def _tool_versions() -> dict[str, str]:
     out = {}
     for name in _TRANSFORM_TOOLS:
@@ -85,7 +91,7 @@ def load_project(paths: Sequence[str | os.PathLike], *, cache_dir: str | os.Path
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
                                              tool_versions=_tool_versions()),
                     capabilities or plugins.builder_capabilities)
-    digests = {m.file: hashlib.sha256(Path(m.file).read_bytes()).hexdigest() for m in manifests}
+    digests = {display_path(m.file): hashlib.sha256(Path(m.file).read_bytes()).hexdigest() for m in manifests}
     return Project(manifests, graph, ws, digests)
 
 
@@ -186,7 +192,7 @@ def _payload_factory(project: Project, fingerprint: RunnerFingerprint):
         cell = project.graph.cell(node.address) if node.address else None
         model = models[node.model]
         return CellPayload(model=model, cell=cell, fingerprint=fingerprint, caches=project.workspace.caches,
-                           registry=project.registry, manifest_file=cell.manifest if cell else "")
+                           registry=project.registry, manifest_file=display_path(cell.manifest) if cell else "")
 
     return payload
 
@@ -289,3 +295,247 @@ def runtime_reason(metadata: dict, fingerprint: RunnerFingerprint) -> str | None
     except PluginError as e:
         return str(e)
     return runtime.can_run(metadata, fingerprint)
+
+
+def _gate_nodes(project: Project, cells: Iterable[Cell]) -> list[str]:
+    return [nid for c in cells for nid in (f"gate:parity:{c.address}", f"gate:benchmark:{c.address}")
+            if nid in project.graph.nodes]
+
+
+def _baseline(project: Project, cell: Cell, model: Model):
+    """The benchmark verdict of the last published engine at this address, when a regression bound is set."""
+    if model.gate.benchmark.max_regression_pct is None:
+        return None
+    index = registry_index(project.registry)
+    if cell.address not in index.latest_by_address():
+        return None
+    found = open_store(project.registry).find(address=cell.address)
+    for artifact in found:
+        bench = (artifact.metadata.get("gates") or {}).get("benchmark")
+        if bench and bench.get("verdict"):
+            return bench["verdict"]
+    return None
+
+
+def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
+         jobs: int | None = None, fingerprint: RunnerFingerprint | None = None, on_event=None,
+         in_process: bool = False) -> RunSummary:
+    """Parity and benchmark gates for the built engines in scope. An engine this runner cannot run is
+    ``pending`` (e.g. RTX AOT engines on a machine without an RTX/Ampere+ GPU), never run wrong."""
+    from dataclasses import replace
+
+    from .gate_steps import step_benchmark, step_parity
+
+    fingerprint = fingerprint or detect()
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    selected = set(_gate_nodes(project, cells))
+    base_payload = _payload_factory(project, fingerprint)
+
+    def prepare_task(node: Node):
+        cell = project.graph.cell(node.address)
+        reason = runtime_reason(cell_metadata_probe(cell), fingerprint)
+        if reason:
+            return None, StepOutcome(status="pending", reason=f"gate pending: {reason}")
+        payload = base_payload(node)
+        if node.kind == "gate:benchmark":
+            payload = replace(payload, extra=(_baseline(project, cell, payload.model),))
+        return payload, None
+
+    def needs_gpu(node: Node) -> bool:
+        return project.graph.cell(node.address).target.device != "cpu"
+
+    # Gates time engines: by default one at a time, so a benchmark never shares the CPU with other work.
+    executor = Executor(workspace=project.workspace,
+                        steps={"gate:parity": step_parity, "gate:benchmark": step_benchmark},
+                        prepare_task=prepare_task, jobs=jobs or 1, keep_going=True, needs_gpu=needs_gpu,
+                        on_event=on_event or (lambda *a: None), in_process=in_process)
+    return executor.run(project.graph.nodes, project.graph.order, selected)
+
+
+def gate_reports(project: Project, cell: Cell) -> tuple[dict | None, dict | None]:
+    """The parity and benchmark reports on disk for a cell (None where not gated here)."""
+    from .execute import read_result
+    from .gate_steps import read_gate_report
+
+    out = []
+    for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
+        node = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
+        d = project.workspace.node_dir(node) if node else None
+        out.append(read_gate_report(d, name) if d and read_result(d) is not None else None)
+    return out[0], out[1]
+
+
+def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
+            force: bool = False, on_event=None, in_process: bool = False) -> RunSummary:
+    """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish)."""
+    from dataclasses import replace
+
+    from .publish import PublishOptions, step_publish
+
+    fingerprint = detect()
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    base_payload = _payload_factory(project, fingerprint)
+    nodes = dict(project.graph.nodes)
+    selected = set()
+    gate_dirs: dict[str, tuple[str | None, str | None]] = {}
+    for cell in cells:
+        pub = f"publish:{cell.address}"
+        # the step reads the gates' verdicts itself: pending gates are a decision for it, not a missing input
+        nodes[pub] = replace(nodes[pub], deps=(f"build:{cell.address}",))
+        selected.add(pub)
+        dirs = []
+        for kind in ("parity", "benchmark"):
+            gnode = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
+            dirs.append(str(project.workspace.node_dir(gnode)) if gnode else None)
+        gate_dirs[cell.address] = (dirs[0], dirs[1])
+
+    def prepare_task(node: Node):
+        payload = base_payload(node)
+        return replace(payload, extra=(PublishOptions(gate_dirs=gate_dirs[node.address], force=force),)), None
+
+    registry_id = project.registry.url or project.registry.path or ""
+    executor = Executor(workspace=project.workspace, steps={"publish": step_publish}, prepare_task=prepare_task,
+                        jobs=1, keep_going=True, on_event=on_event or (lambda *a: None), in_process=in_process,
+                        dir_salt=lambda node: registry_id, always_run=lambda node: True)
+    order = [n for n in project.graph.order if n in selected]
+    return executor.run(nodes, order, selected)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    path: Path | None
+    metadata: dict
+    reason: str  # why this artifact was chosen
+    rejections: tuple[tuple[str, str], ...]
+
+
+def _apply_runtime_spec(fp: RunnerFingerprint, spec: str, candidate: dict) -> tuple[RunnerFingerprint, str | None]:
+    """``--runtime trt10.13`` / ``rtx1.7`` / ``ort1.31``: declare the runtime the deployment will use instead of
+    the one installed here. A candidate of another flavour or version is rejected with that reason."""
+    from dataclasses import replace
+
+    flavours = {"trt": ("tensorrt", "trtexec"), "rtx": ("tensorrt-rtx",), "ort": ("onnxruntime",)}
+    field_of = {"trt": "tensorrt", "rtx": "tensorrt_rtx", "ort": "onnxruntime"}
+    prefix = next((p for p in flavours if spec.startswith(p)), None)
+    if prefix is None:
+        raise UsageError(f"unknown --runtime {spec!r}", hint="use auto, trtX.Y[.Z.B], rtxX.Y[.Z] or ortX.Y")
+    version = spec[len(prefix):]
+    builder = candidate["builder"]
+    if builder["name"] not in flavours[prefix]:
+        return fp, f"built with {builder['name']}, not the requested runtime {spec}"
+    if version and not (builder["version"] == version or builder["version"].startswith(version + ".")):
+        # a version-compatible TensorRT engine may still run on the newer runtime declared here
+        return replace(fp, **{field_of[prefix]: version}), None
+    return replace(fp, **{field_of[prefix]: builder["version"]}), None
+
+
+def pull(model: str, *, registry: RegistryConfig, version: str | None = None, precision: str | None = None,
+         profile: str | None = None, gpu: str = "auto", runtime: str = "auto", out: str | os.PathLike | None = None,
+         fingerprint: RunnerFingerprint | None = None) -> PullResult:
+    """Pick the published engine of ``model`` that can run here (or on ``gpu``/``runtime`` as declared), verify
+    its digest and header, and write it to ``out``. Decided before any deserialization; when nothing fits,
+    ``NoCompatibleEngineError`` lists every candidate with the reason it was rejected."""
+    from .compat import check
+    from .engine_header import check_header, read_header_file
+    from .errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError
+
+    fp = fingerprint or detect()
+    if gpu != "auto":
+        fp = RunnerFingerprint.parse_gpu_spec(gpu, fp)
+    store = open_store(registry)
+    if version in (None, "latest"):
+        artifacts = store.find(model=model)
+        versions = sorted({a.metadata["model"]["version"] for a in artifacts})
+        if artifacts:
+            latest = artifacts[0].metadata["model"]["version"]  # find() returns newest first
+            artifacts = [a for a in artifacts if a.metadata["model"]["version"] == latest]
+    else:
+        artifacts = store.find(model=model, version=version)
+        versions = [version]
+    if not artifacts:
+        raise ArtifactNotFoundError(f"nothing published for model {model!r}"
+                                    + (f" version {version}" if version not in (None, "latest") else ""),
+                                    hint="see `orchestrate ls`")
+    rejections: list[tuple[str, str]] = []
+    seen_keys = set()
+    candidates = []
+    for art in artifacts:
+        meta = art.metadata
+        if meta["build_key"] in seen_keys:
+            continue
+        seen_keys.add(meta["build_key"])
+        who = f"{meta['address']} ({meta['engine']['digest'][:19]})"
+        if precision and meta["precision"] != precision:
+            rejections.append((who, f"precision {meta['precision']}, not {precision}"))
+            continue
+        if profile and profile != meta.get("profile_set") and profile not in meta.get("profiles", []):
+            rejections.append((who, f"profile set {meta.get('profile_set')}, not {profile}"))
+            continue
+        local = fp
+        if runtime != "auto":
+            local, why = _apply_runtime_spec(fp, runtime, meta)
+            if why:
+                rejections.append((who, why))
+                continue
+        verdict = check(meta, local)
+        if not verdict.ok:
+            rejections.append((who, verdict.reason))
+            continue
+        candidates.append((verdict.rank, len(candidates), art, verdict, who))
+    where = (f"{fp.gpus[0].name} (CC {fp.compute_capability})" if fp.gpus else "no GPU")
+    if not candidates:
+        raise NoCompatibleEngineError(
+            f"no published engine of {model} {'/'.join(versions)} can run on this runner ({where}; tensorrt "
+            f"{fp.tensorrt or 'absent'}, tensorrt-rtx {fp.tensorrt_rtx or 'absent'}, onnxruntime "
+            f"{fp.onnxruntime or 'absent'}). Candidates:", rejections=rejections,
+            hint="build a target for this GPU/runtime, or pass --gpu/--runtime for the deployment machine")
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    _, _, chosen, verdict, who = candidates[0]
+    for _, _, art, v, w in candidates[1:]:
+        rejections.append((w, f"also compatible, ranked lower ({v.reason})"))
+    path = None
+    if out is not None:
+        path = Path(out)
+        store.get(chosen.digest, path)
+        problem = check_header(read_header_file(path), chosen.metadata)
+        if problem:
+            path.unlink(missing_ok=True)
+            raise IntegrityError(f"{chosen.metadata['address']}: engine header check failed: {problem}",
+                                 hint="the stored engine does not match its metadata; republish it")
+    return PullResult(path=path, metadata=chosen.metadata, reason=verdict.reason or f"chosen for {where}",
+                      rejections=tuple(rejections))
+
+
+def report_cells(project: Project) -> list[dict]:
+    """One dict per matrix cell for ``orchestrator.report``: gate status and verdicts found on this machine."""
+    from .execute import read_result
+
+    fingerprint = detect()
+    cells = []
+    for cell in project.graph.cells:
+        entry = {"address": cell.address, "model": cell.model, "precision": cell.precision.name,
+                 "profile_set": cell.profile_set, "target": cell.target.slug, "parity": None, "benchmark": None}
+        if cell.blocked:
+            cells.append({**entry, "status": "blocked", "note": cell.blocked})
+            continue
+        build_node = project.graph.nodes[f"build:{cell.address}"]
+        if read_result(project.workspace.node_dir(build_node)) is None:
+            cells.append({**entry, "status": "skipped", "note": "not built on this machine"})
+            continue
+        parity, bench = gate_reports(project, cell)
+        if parity:
+            first = next(iter(parity["profiles"].values()), None)
+            entry["parity"] = first
+        if bench:
+            entry["benchmark"] = bench["verdict"]
+        model = project.models[cell.model]
+        wanted = [r for r, on in ((parity, model.gate.parity.enabled), (bench, model.gate.benchmark.enabled)) if on]
+        if any(r and r["status"] == "failed" for r in wanted):
+            status = "failed"
+        elif all(r is not None for r in wanted):
+            status = "passed"
+        else:
+            reason = runtime_reason(cell_metadata_probe(cell), fingerprint)
+            status, entry["note"] = "pending", (f"gate pending: {reason}" if reason else "not gated yet")
+        cells.append({**entry, "status": status})
+    return cells

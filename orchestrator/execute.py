@@ -218,6 +218,7 @@ class Executor:
     dir_salt: Callable[[Node], str] = lambda node: ""
     on_event: Callable[[str, Node, NodeReport | None], None] = lambda event, node, report: None
     in_process: bool = False  # run steps in this process (tests, -j 1 debugging)
+    always_run: Callable[[Node], bool] = lambda node: False  # e.g. publish: the store itself is idempotent
 
     def run(self, nodes: Mapping[str, Node], order: Iterable[str], selected: set[str]) -> RunSummary:
         start = time.monotonic()
@@ -280,7 +281,7 @@ class Executor:
                     dep_prints = {d: _fingerprint(r) for d, r in dep_results.items()}
                     final = ws.node_dir(node, self.dir_salt(node))
                     existing = read_result(final)
-                    if existing is not None and existing.get("deps") == dep_prints:
+                    if existing is not None and existing.get("deps") == dep_prints and not self.always_run(node):
                         results[node_id] = existing
                         finish(node, NodeReport(node.id, node.kind, "cached", dir=str(final),
                                                 log=existing.get("log"), data=existing.get("data", {})))

@@ -248,7 +248,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             if model.gate.benchmark.enabled:
                 bid = f"gate:benchmark:{address}"
                 # benchmark after parity: timing a numerically wrong engine is wasted runner time
-                nodes[bid] = Node(bid, "gate:benchmark", (gate_deps[-1] if gate_deps else build_id,), key,
+                nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,), key,
                                   address=address, model=model.name)
                 gate_deps.append(bid)
             pub = f"publish:{address}"

@@ -28,9 +28,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import build_cmds, ci_cmds, plan_cmds, registry_cmds
+    from . import build_cmds, ci_cmds, plan_cmds, registry_cmds, report_cmds
 
-    for module in (plan_cmds, build_cmds, registry_cmds, ci_cmds):
+    for module in (plan_cmds, build_cmds, registry_cmds, report_cmds, ci_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -9,6 +9,7 @@ import time
 import click
 
 from .. import api
+from ..errors import GateFailed
 from ..execute import RunSummary
 from ..hardware import detect
 from .common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
@@ -30,7 +31,7 @@ def _load(manifests, plan_file, cache_dir):
     return project, api.plan(project)
 
 
-def _finish(summary: RunSummary, verb: str, as_json: bool, project) -> None:
+def _finish(summary: RunSummary, verb: str, as_json: bool, project, failed_gates: int = 0) -> None:
     record = project.workspace.root / "runs" / f"{verb}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
     api.write_json_atomic(record, summary.to_json())
     if as_json:
@@ -41,11 +42,14 @@ def _finish(summary: RunSummary, verb: str, as_json: bool, project) -> None:
                 console_err().print(f"[red]failed[/] {r.node}: {r.reason}", highlight=False)
                 if r.log:
                     console_err().print(f"  log: {r.log}", highlight=False)
-        console().print(render_summary(summary, verb))
+        line = render_summary(summary, verb)
+        console().print(line + (f"; {failed_gates} gate(s) FAILED" if failed_gates else ""))
     if summary.interrupted:
         sys.exit(130)
     if not summary.ok:
         sys.exit(1)
+    if failed_gates:
+        sys.exit(GateFailed.exit_code)  # a gate ran and the engine failed it
 
 
 @click.command()
@@ -74,6 +78,38 @@ def build(manifests, plan_file, shard, only, jobs, keep_going, quiet, as_json, c
 
 
 @click.command()
+@manifests_argument
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False, exists=True), help="Gate from a saved plan.")
+@click.option("--shard", help="Only this shard of the plan.")
+@click.option("--verify-runner", is_flag=True,
+              help="With --shard: fail unless this runner can run every engine of the shard (dedicated gate "
+                   "runners); without it, engines this runner cannot run are reported pending.")
+@click.option("--only", multiple=True, metavar="ADDR", help="Only these cell addresses (repeatable).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Parallel gates (benchmarks share the machine: keep 1 for honest timings).")
+@click.option("-q", "--quiet", is_flag=True)
+@json_option
+@cache_option
+def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json, cache_dir):
+    """Run parity and benchmark gates on built engines; engines this runner cannot run stay pending.
+
+    Exit code 3 when a gate ran and the engine failed it."""
+    project, the_plan = _load(manifests, plan_file, cache_dir)
+    fingerprint = detect()
+    if shard and verify_runner:
+        api.verify_shard_runner(project, the_plan, shard, fingerprint, role="gate")
+    cells = api.cells_in_scope(project, the_plan, shard=shard, only=only)
+    with ProgressView(2 * len(cells), "gate", quiet=quiet or as_json) as view:
+        summary = api.gate(project, the_plan, shard=shard, only=only, jobs=jobs, fingerprint=fingerprint,
+                           on_event=view.event)
+    failed = [r for r in summary.reports if r.status in ("done", "cached") and r.data.get("status") == "failed"]
+    if failed and not as_json:
+        for r in failed:
+            console_err().print(f"[red]gate failed[/] {r.node}: verdict in {r.dir}", highlight=False)
+    _finish(summary, "gate", as_json, project, failed_gates=len(failed))
+
+
+@click.command()
 @json_option
 @click.option("--labels", default="", help="Comma-separated runner labels of this machine (for shard checks).")
 def doctor(as_json, labels):
@@ -88,4 +124,4 @@ def doctor(as_json, labels):
         render_doctor(report, console())
 
 
-COMMANDS = [build, doctor]
+COMMANDS = [build, gate, doctor]

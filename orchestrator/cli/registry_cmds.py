@@ -1,3 +1,193 @@
-"""publish, ls, show, pull (registry)."""
+"""publish, ls, show, pull, retention."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.table import Table
+
+from .. import api
+from ..manifest.model import RegistryConfig
+from .common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
+    require_manifests
+
+
+def parse_registry(text: str) -> RegistryConfig:
+    """``oci://host:port/prefix`` (loopback hosts are plain HTTP) or a local store directory."""
+    if text.startswith("oci://"):
+        url = text[len("oci://"):].rstrip("/")
+        host = url.split("/", 1)[0]
+        insecure = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]") or text.endswith("?insecure")
+        return RegistryConfig(store="oci", url=url.removesuffix("?insecure"), insecure=insecure)
+    return RegistryConfig(store="local", path=os.path.abspath(text))
+
+
+def registry_from(registry: str | None, manifests: tuple[str, ...]) -> RegistryConfig:
+    if registry:
+        return parse_registry(registry)
+    if manifests:
+        from ..manifest import load_manifests
+
+        return load_manifests(list(manifests))[0].registry
+    return parse_registry(os.environ.get("ORCHESTRATE_REGISTRY", "artifacts"))
+
+
+registry_option = click.option("--registry", envvar="ORCHESTRATE_REGISTRY", default=None,
+                               help="A local store directory or oci://HOST:PORT/PREFIX "
+                                    "[default: the manifest's registry, else ./artifacts].")
+
+
+@click.command()
+@manifests_argument
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False, exists=True), help="Publish from a saved plan.")
+@click.option("--shard", help="Only this shard of the plan.")
+@click.option("--only", multiple=True, metavar="ADDR", help="Only these cell addresses (repeatable).")
+@click.option("--force", is_flag=True, help="Publish even engines whose gates failed (recorded in the metadata).")
+@click.option("-q", "--quiet", is_flag=True)
+@json_option
+@cache_option
+def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir):
+    """Publish built engines whose gates passed (pending ones only where the manifest allows it)."""
+    from .build_cmds import _finish, _load
+    from .progress import ProgressView
+
+    project, the_plan = _load(manifests, plan_file, cache_dir)
+    with ProgressView(len(the_plan.entries), "publish", quiet=quiet or as_json) as view:
+        summary = api.publish(project, the_plan, shard=shard, only=only, force=force, on_event=view.event)
+    _finish(summary, "publish", as_json, project)
+
+
+def _row(meta: dict) -> list[str]:
+    gates = meta.get("gates", {})
+    return [meta["address"], meta["model"]["version"], meta["builder"]["name"] + " " + meta["builder"]["version"],
+            gates.get("status", "?") + (" (ungated allowed)" if gates.get("ungated_publish_allowed") else ""),
+            f"{meta['engine']['size'] / 1e6:.1f} MB", meta["engine"]["digest"][:19], meta.get("published_at", "")]
+
+
+@click.command(name="ls")
+@manifests_argument
+@registry_option
+@click.option("--model", help="Only this model.")
+@json_option
+def ls_cmd(manifests, registry, model, as_json):
+    """List published artifacts."""
+    store = api.open_store(registry_from(registry, manifests))
+    metas = [a.metadata for a in (store.find(model=model) if model else store.list())]
+    if as_json:
+        print_json({"artifacts": [{"address": m["address"], "version": m["model"]["version"],
+                                   "digest": m["engine"]["digest"], "size": m["engine"]["size"],
+                                   "builder": m["builder"], "gates": m.get("gates", {}).get("status"),
+                                   "build_key": m["build_key"], "published_at": m.get("published_at")}
+                                  for m in metas]})
+        return
+    table = Table("address", "version", "builder", "gates", "size", "digest", "published", box=None,
+                  header_style="bold")
+    for m in metas:
+        table.add_row(*_row(m))
+    console().print(table)
+    console().print(f"{len(metas)} artifact(s)")
+
+
+@click.command()
+@click.argument("ref")
+@manifests_argument
+@registry_option
+@json_option
+def show(ref, manifests, registry, as_json):
+    """Show one artifact's metadata, by address or engine digest (sha256:…)."""
+    from ..errors import ArtifactNotFoundError
+
+    store = api.open_store(registry_from(registry, manifests))
+    if ref.startswith("sha256:") or len(ref) == 64:
+        digest = ref if ref.startswith("sha256:") else f"sha256:{ref}"
+        hits = [a for a in store.list() if a.digest == digest]
+    else:
+        hits = store.find(address=ref)
+    if not hits:
+        raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry", hint="see `orchestrate ls`")
+    meta = hits[0].metadata
+    if as_json:
+        print_json(meta)
+        return
+    for label, value in (("address", meta["address"]), ("model", f"{meta['model']['name']} {meta['model']['version']}"),
+                         ("engine", f"{meta['engine']['digest']} ({meta['engine']['size']} bytes)"),
+                         ("builder", f"{meta['builder']['name']} {meta['builder']['version']}"),
+                         ("target", meta["target"]), ("build key", meta["build_key"]),
+                         ("gates", meta.get("gates", {}).get("status")), ("runner", meta["runner"].get("gpus") or
+                                                                           "no GPU"),
+                         ("manifest", meta["manifest"]), ("published", meta.get("published_at"))):
+        console().print(f"[bold]{label:>10}[/]  {value}", highlight=False)
+
+
+@click.command()
+@click.argument("model")
+@click.option("--version", "version", default=None, help="A model version [default: latest].")
+@click.option("--precision", default=None)
+@click.option("--profile", default=None, help="Profile set name.")
+@click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
+@click.option("--runtime", default="auto", show_default=True,
+              help="auto (installed), or the deployment's runtime: trt10.13[.3.9], rtx1.7, ort1.31.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None, help="Write the engine here.")
+@registry_option
+@click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this manifest's registry.")
+@json_option
+def pull(model, version, precision, profile, gpu, runtime, out, registry, manifest, as_json):
+    """Pick the published engine that can run on this GPU and runtime, verify it, and write it out."""
+    config = registry_from(registry, (manifest,) if manifest else ())
+    result = api.pull(model, registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
+                      runtime=runtime, out=out)
+    meta = result.metadata
+    if as_json:
+        print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
+                    "digest": meta["engine"]["digest"], "reason": result.reason, "metadata": meta,
+                    "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
+        return
+    console().print(f"[green]chose[/] {meta['address']} {meta['engine']['digest'][:19]} — {result.reason}")
+    if result.path:
+        console().print(f"wrote {result.path} ({meta['engine']['size']} bytes, sha256 verified)")
+    for who, why in result.rejections:
+        console_err().print(f"  [dim]not {who}: {why}[/]", highlight=False)
+
+
+@click.command()
+@manifests_argument
+@registry_option
+@click.option("--keep-versions", type=click.IntRange(min=1), required=True,
+              help="Keep the newest N versions of each model; delete older ones.")
+@click.option("--yes", is_flag=True, help="Really delete (otherwise only shows what would go).")
+@json_option
+def retention(manifests, registry, keep_versions, yes, as_json):
+    """Delete old model versions from the registry (the only way artifacts are ever deleted)."""
+    store = api.open_store(registry_from(registry, manifests))
+    by_model: dict[str, list] = {}
+    for art in store.list():
+        by_model.setdefault(art.metadata["model"]["name"], []).append(art)
+    doomed = []
+    for name, arts in by_model.items():
+        versions = []
+        for art in sorted(arts, key=lambda a: a.metadata.get("published_at", ""), reverse=True):
+            v = art.metadata["model"]["version"]
+            if v not in versions:
+                versions.append(v)
+        old = set(versions[keep_versions:])
+        doomed += [a for a in arts if a.metadata["model"]["version"] in old]
+    removed = store.delete([a.digest for a in doomed]) if yes and doomed else 0
+    if as_json:
+        print_json({"would_delete" if not yes else "deleted": [a.metadata["address"] + "@" +
+                                                               a.metadata["model"]["version"] for a in doomed],
+                    "removed": removed})
+        return
+    for a in doomed:
+        console().print(f"{'deleted' if yes else 'would delete'} {a.metadata['address']} "
+                        f"{a.metadata['model']['version']} {a.digest[:19]}")
+    if not yes and doomed:
+        console().print("dry run: pass --yes to delete")
+    if not doomed:
+        console().print("nothing to delete")
+
+
+COMMANDS = [publish, ls_cmd, show, pull, retention]
+_ = sys  # stdout is used through print_json

@@ -44,22 +44,11 @@ class OnnxRuntimeRuntime:
     name = NAME
 
     def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
-        builder = metadata.get("builder")
-        if builder not in (None, NAME):
-            return f"engine was built by {builder!r}, not onnxruntime"
-        if fingerprint.onnxruntime is None:
-            return "onnxruntime is not installed (pip install 'trt-orchestrator[ort]')"
-        device = _engine_device(metadata)
-        if device == "cpu":
-            return None
-        if device in ("cuda", "gpu"):
-            if not fingerprint.has_gpu:
-                return "CUDA engine needs an NVIDIA GPU; this runner has none"
-            if "CUDAExecutionProvider" not in fingerprint.onnxruntime_providers:
-                have = ", ".join(fingerprint.onnxruntime_providers) or "none"
-                return f"CUDA engine needs onnxruntime's CUDAExecutionProvider (install onnxruntime-gpu); have {have}"
-            return None
-        return f"unknown engine device {device!r} (expected cpu or cuda)"
+        # one rule book for gates and pull: orchestrator.compat (device, provider, ort version)
+        from orchestrator.compat import check
+
+        verdict = check(metadata, fingerprint)
+        return None if verdict.ok else verdict.reason
 
     def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> "OrtSession":
         device = "cuda" if options.device == "cuda" or _engine_device(metadata) in ("cuda", "gpu") else "cpu"

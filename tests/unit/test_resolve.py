@@ -41,7 +41,7 @@ def test_single_cell_exact_address_nodes_and_deps():
         "prepare:ocr-det@1.0.0": (),
         f"build:{a}": ("prepare:ocr-det@1.0.0",),
         f"gate:parity:{a}": (f"build:{a}",),
-        f"gate:benchmark:{a}": (f"gate:parity:{a}",),
+        f"gate:benchmark:{a}": (f"gate:parity:{a}", f"build:{a}"),  # timed after parity, reads the engine
         f"publish:{a}": (f"gate:parity:{a}", f"gate:benchmark:{a}"),
     }
     assert g.order == ("prepare:ocr-det@1.0.0", f"build:{a}", f"gate:parity:{a}", f"gate:benchmark:{a}",

@@ -1,0 +1,92 @@
+"""Publish nodes: an engine whose gates passed (or, where the manifest allows it explicitly, whose gates are
+pending — recorded in its metadata) goes to the store with its metadata, verdicts and build log. A failed gate
+is never published unless forced, and forcing is recorded too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .execute import StepOutcome, StepTask
+from .gate_steps import read_gate_report
+from .metadata import EngineFile, GateSummary, build_metadata, utc_now
+from .steps import CellPayload
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    gate_dirs: tuple[str | None, str | None]  # parity node dir, benchmark node dir (None: gate disabled)
+    force: bool = False  # publish despite failed gates (recorded)
+
+
+def git_commit(path: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(path).parent, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def gate_status(parity: dict | None, benchmark: dict | None, enabled: tuple[bool, bool]) -> str:
+    reports = [r for r, on in zip((parity, benchmark), enabled) if on]
+    if any(r is not None and r.get("status") == "failed" for r in reports):
+        return "failed"
+    if any(r is None for r in reports):
+        return "pending"
+    return "passed" if reports else "skipped"
+
+
+def step_publish(task: StepTask) -> StepOutcome:
+    from .api import open_store
+    from .registry import ArtifactFiles
+
+    payload: CellPayload = task.payload
+    options: PublishOptions = payload.extra[0]
+    cell, model = payload.cell, payload.model
+    build_dir = Path(task.dep_dirs[f"build:{cell.address}"])
+    build = json.loads((build_dir / "result.json").read_text())["data"]
+    parity_dir, bench_dir = options.gate_dirs
+    parity = read_gate_report(parity_dir, "parity.json") if parity_dir else None
+    bench = read_gate_report(bench_dir, "benchmark.json") if bench_dir else None
+    status = gate_status(parity, bench, (parity_dir is not None, bench_dir is not None))
+    allowed = model.gate.allow_ungated_publish
+    if status == "failed" and not options.force:
+        return StepOutcome(status="skipped", reason="not published: a gate failed (see `orchestrate report`; "
+                                                    "--force publishes anyway and records it)")
+    if status == "pending" and not (allowed or options.force):
+        return StepOutcome(status="pending", reason="not published: gate pending — gate it on a runner that can "
+                                                    "run it, or set gate.allow_ungated_publish in the manifest")
+    engine = build_dir / build["engine"]
+    log = build_dir / build["log"] if build.get("log") else None
+    extras = tuple(p for p in (Path(parity_dir) / "parity.json" if parity else None,
+                               Path(bench_dir) / "benchmark.json" if bench else None,
+                               build_dir / build["layer_info"] if build.get("layer_info") else None)
+                   if p is not None and p.exists())
+    manifest_path = payload.manifest_file
+    calib = None
+    if cell.key_inputs.get("transform"):
+        calib = cell.key_inputs["transform"].get("calibration")
+    meta = build_metadata(
+        address=cell.address, model_name=model.name, model_version=model.version,
+        model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
+        profile_set=cell.profile_set, profiles=[p.name for p in cell.profiles] or [cell.profile_set],
+        target=cell.target, builder_version=build["builder_version"], build_key=cell.build_key,
+        key_inputs=cell.key_inputs, engine=EngineFile.from_path(engine, builder=cell.target.builder),
+        runner=_runner(build), gates=GateSummary(status=status, parity=parity, benchmark=bench,
+                                                 ungated_publish_allowed=bool(allowed or options.force)),
+        timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
+        git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
+        calibration_digest=calib)
+    # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
+    stored = open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras))
+    return StepOutcome(data={"digest": stored.digest, "location": stored.location, "gates": status,
+                             "build_key": cell.build_key})
+
+
+def _runner(build: dict):
+    from .hardware import RunnerFingerprint
+
+    return RunnerFingerprint.from_json(build["runner"])
