@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Create .venv and install the project with the given extras (idempotent). Used by demo.sh, test.sh and .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-demo}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[${extras}]"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Everything the tests need on a fresh machine, then the test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# A real OCI registry (CNCF distribution) and headless Chromium for the report test, from Debian.
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  need=""
+  command -v docker-registry >/dev/null 2>&1 || need="$need docker-registry"
+  command -v chromium >/dev/null 2>&1 || need="$need chromium"
+  if [ -n "$need" ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
+  fi
+fi
+bash scripts/setup-env.sh test
+if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
+.venv/bin/python scripts/fetch_models.py
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
