@@ -396,7 +396,8 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
     registry_id = project.registry.url or project.registry.path or ""
     executor = Executor(workspace=project.workspace, steps={"publish": step_publish}, prepare_task=prepare_task,
                         jobs=1, keep_going=True, on_event=on_event or (lambda *a: None), in_process=in_process,
-                        dir_salt=lambda node: registry_id, always_run=lambda node: True)
+                        dir_salt=lambda node: registry_id if node.kind == "publish" else "",
+                        always_run=lambda node: node.kind == "publish")
     order = [n for n in project.graph.order if n in selected]
     return executor.run(nodes, order, selected)
 

@@ -76,7 +76,7 @@ def step_publish(task: StepTask) -> StepOutcome:
         target=cell.target, builder_version=build["builder_version"], build_key=cell.build_key,
         key_inputs=cell.key_inputs, engine=EngineFile.from_path(engine, builder=cell.target.builder),
         runner=_runner(build), gates=GateSummary(status=status, parity=parity, benchmark=bench,
-                                                 ungated_publish_allowed=bool(allowed or options.force)),
+                                                 ungated_publish_allowed=status != "passed"),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
         calibration_digest=calib)

@@ -14,14 +14,19 @@ from ..errors import ManifestError, OrchestratorError
 _JSON_MODE = {"on": False}
 
 
+def _width(stream) -> int | None:
+    # Piped output (CI logs, `| less`) keeps whole addresses on one line instead of rich's default 80 columns.
+    return None if stream.isatty() else 200
+
+
 @lru_cache(maxsize=None)
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 
 
 @lru_cache(maxsize=None)
 def console_err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 def set_json_mode(on: bool) -> None:

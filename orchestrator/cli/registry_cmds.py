@@ -62,7 +62,7 @@ def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir)
 def _row(meta: dict) -> list[str]:
     gates = meta.get("gates", {})
     return [meta["address"], meta["model"]["version"], meta["builder"]["name"] + " " + meta["builder"]["version"],
-            gates.get("status", "?") + (" (ungated allowed)" if gates.get("ungated_publish_allowed") else ""),
+            gates.get("status", "?") + (" (published ungated)" if gates.get("ungated_publish_allowed") else ""),
             f"{meta['engine']['size'] / 1e6:.1f} MB", meta["engine"]["digest"][:19], meta.get("published_at", "")]
 
 
