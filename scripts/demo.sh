@@ -14,6 +14,8 @@ orchestrate build "$M"
 orchestrate gate "$M"
 orchestrate publish "$M"
 orchestrate ls "$M"
-orchestrate pull orientation --precision fp32 --registry-manifest "$M" -o .orchestrate/pulled/orientation.engine
+orchestrate pull orientation --precision fp32 --registry artifacts -o .orchestrate/pulled/orientation.engine
+orchestrate pull ocr-det --precision fp16 --registry artifacts --gpu sm90 --runtime rtx1.7 \
+  || echo "(expected: TensorRT-RTX engines cannot run on a CC 9.0 GPU; every candidate is listed above)"
 orchestrate report "$M" -o .orchestrate/report.html
 orchestrate plan "$M"
