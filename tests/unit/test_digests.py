@@ -135,10 +135,20 @@ def test_data_digest_of_a_folder_covers_names_and_bytes(tmp_path):
 
 # --- the external-data mark, searched in the chunks being hashed --------------------------------------------------
 
-@pytest.fixture
-def small_chunks(monkeypatch):
+@pytest.fixture(params=["inline", "threaded"])
+def small_chunks(monkeypatch, request):
+    """16-byte chunks; the threaded variant hashes each chunk in a second thread while the mark is searched."""
     monkeypatch.setattr(digests, "CHUNK", 16)
+    monkeypatch.setattr(digests, "_PARALLEL_MIN", 1 if request.param == "threaded" else 1 << 40)
     return 16
+
+
+def test_large_file_digest_and_mark_with_real_chunks(tmp_path):
+    f = tmp_path / "big"
+    data = os.urandom(digests.CHUNK) + b"\x00" * (digests.CHUNK - 3) + _EXTERNAL_MARK + os.urandom(12345)
+    f.write_bytes(data)  # the mark straddles the first seam of full-size (threaded) chunks
+    assert hash_file(str(f), scan_external=True) == (_sha(data), True)
+    assert hash_file(str(f)) == (_sha(data), False)
 
 
 def test_hash_file_digest_is_independent_of_chunking(tmp_path, small_chunks):
