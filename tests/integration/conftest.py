@@ -56,9 +56,9 @@ def demo_models():
     return MODELS
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_build(tmp_path_factory, demo_models):
-    """The demo manifest built once for the module: (manifest path, cache dir, build summary JSON)."""
+    """The demo manifest built once for the session: (manifest path, cache dir, build summary JSON)."""
     root = tmp_path_factory.mktemp("demo")
     manifest = write_demo_copy(root / "manifests")
     cache = root / "cache"
