@@ -13,7 +13,10 @@ from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH, generate_files
 from .ci_fixtures import REPO, actionlint, check_jsonschema
 
 MANIFESTS = ("manifests/demo.yaml", "manifests/fleet.yaml")
-REGENERATE = "orchestrate ci github manifests/demo.yaml manifests/fleet.yaml -o .github/workflows/engines.yml"
+# This repository's own workflow installs the tool from its checkout, with the demo's builders and the OCI store.
+TOOL_SPEC = ".[demo,oci]"
+REGENERATE = ("orchestrate ci github manifests/demo.yaml manifests/fleet.yaml --tool-spec '.[demo,oci]' "
+              "-o .github/workflows/engines.yml")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +27,7 @@ def generated() -> dict[str, str]:
     if missing:
         pytest.skip(f"manifests not in the repository yet: {', '.join(missing)}")
     try:
-        return generate_files(list(MANIFESTS), REPO)
+        return generate_files(list(MANIFESTS), REPO, tool_spec=TOOL_SPEC)
     except ManifestError as e:
         if any("model file not found" in p.message for p in e.problems):
             pytest.skip("the manifests' model files are not fetched (the loader checks they exist): "
@@ -47,4 +50,4 @@ def test_committed_workflow_lints(generated):
 
 
 def test_generation_is_byte_stable(generated):
-    assert generate_files(list(reversed(MANIFESTS)), REPO) == generated
+    assert generate_files(list(reversed(MANIFESTS)), REPO, tool_spec=TOOL_SPEC) == generated
