@@ -37,6 +37,12 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
             out[prefix] = {}
         for k, v in value.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        # lists of records (profiles) by index; lists of scalars (a shape, a CC list) stay one value
+        if not value:
+            out[prefix] = []
+        for i, v in enumerate(value):
+            _flatten(v, f"{prefix}[{i}]", out)
     else:
         out[prefix] = value
 

@@ -172,8 +172,10 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             pk = (id(model), set_name)  # models live in the manifests for the whole call: ids are stable
             if pk not in profile_cache:
                 ps = _profiles(model, set_name)
-                profile_cache[pk] = (ps, [{"name": p.name, "shapes": {k: [list(s) for s in v]
-                                                                      for k, v in p.shapes.items()}} for p in ps])
+                # min/opt/max by name, so a changed dim is reported as e.g. profiles[0].shapes.x.max
+                profile_cache[pk] = (ps, [{"name": p.name, "shapes": {
+                    k: {"min": list(v[0]), "opt": list(v[1]), "max": list(v[2])} for k, v in p.shapes.items()}}
+                    for p in ps])
             profiles, profiles_key = profile_cache[pk]
 
             prepare_id = f"prepare:{model.name}@{model.version}"

@@ -108,7 +108,7 @@ def _ort_only_quantized_model(path: Path) -> None:
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="quantize_x"),
              helper.make_node("ConvInteger", ["xq", "w", "xz"], ["y"], name="conv_int")]
     graph = helper.make_graph(nodes, "ort_only", [x], [y], initializer=[w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=9)
     onnx.save(model, path)
 
 

@@ -133,7 +133,8 @@ def test_profile_sets_each_give_a_cell_with_their_profiles():
     both = g.cell("m/fp16/both@sm89+trt10.13")
     assert [p.name for p in both.profiles] == ["small", "large"]
     assert both.key_inputs["profiles"][1] == {
-        "name": "large", "shapes": {"x": [[1, 3, 512, 512], [1, 3, 640, 640], [1, 3, 1024, 1024]]}}
+        "name": "large", "shapes": {"x": {"min": [1, 3, 512, 512], "opt": [1, 3, 640, 640],
+                                          "max": [1, 3, 1024, 1024]}}}
 
 
 def test_exclude_removes_matching_cells_only():
@@ -286,7 +287,8 @@ def test_key_inputs_exact_for_a_native_fp16_cell():
         "native_calibration": None,
         "precision": {"name": "fp16", "route": "native"},
         "profiles": [{"name": "default",
-                      "shapes": {"x": [[1, 3, 320, 320], [1, 3, 640, 640], [4, 3, 1280, 1280]]}}],
+                      "shapes": {"x": {"min": [1, 3, 320, 320], "opt": [1, 3, 640, 640],
+                                       "max": [4, 3, 1280, 1280]}}}],
         "builder": {"name": "tensorrt", "version": "10.13.3.9"},
         "target": {"compute_capabilities": ["8.9"], "hardware_compatibility": "none", "device": "gpu"},
         "options": {"optimization_level": None, "tiling_level": None, "workspace_mib": None,
