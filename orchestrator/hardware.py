@@ -120,19 +120,23 @@ def _nvml_gpus() -> tuple[tuple[GpuInfo, ...], str | None, str | None]:
         pynvml.nvmlShutdown()
 
 
-def _ort_providers() -> tuple[str, ...]:
+def _ort_info() -> tuple[str | None, tuple[str, ...]]:
+    """Version and providers of the onnxruntime that ``import onnxruntime`` really gives. With both the CPU and
+    the GPU package installed, the distribution metadata names the wrong one (seen on the lent H200: metadata
+    1.30.0 CPU, module 1.31.1 GPU), so both facts come from the module itself."""
     if _dist_version("onnxruntime", "onnxruntime-gpu") is None:
-        return ()
+        return None, ()
     try:
         import onnxruntime
 
-        return tuple(onnxruntime.get_available_providers())
-    except Exception:  # a broken install must not stop `doctor`; it shows as "no providers"
-        return ()
+        return onnxruntime.__version__, tuple(onnxruntime.get_available_providers())
+    except Exception:  # a broken install must not stop `doctor`: report the metadata version, no providers
+        return _dist_version("onnxruntime-gpu", "onnxruntime"), ()
 
 
 def detect(labels: tuple[str, ...] = ()) -> RunnerFingerprint:
     gpus, driver, cuda = _nvml_gpus()
+    ort_version, ort_providers = _ort_info()
     return RunnerFingerprint(
         os=_os_name(),
         arch=platform.machine(),
@@ -141,7 +145,7 @@ def detect(labels: tuple[str, ...] = ()) -> RunnerFingerprint:
         cuda_driver_version=cuda,
         tensorrt=_dist_version("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-libs"),
         tensorrt_rtx=_dist_version("tensorrt-rtx", "tensorrt_rtx"),
-        onnxruntime=_dist_version("onnxruntime", "onnxruntime-gpu"),
-        onnxruntime_providers=_ort_providers(),
+        onnxruntime=ort_version,
+        onnxruntime_providers=ort_providers,
         labels=labels,
     )

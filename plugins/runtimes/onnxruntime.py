@@ -63,6 +63,8 @@ class OrtSession:
             raise GateError("onnxruntime is not installed", hint="pip install 'trt-orchestrator[ort]'") from e
         self.device = device
         self._ort = ort
+        if device == "cuda" and hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()  # ORT >= 1.21: load CUDA/cuDNN from pip packages or torch before the session
         self._gpu = _device_backend() if device == "cuda" else None
         self._free_before = self._gpu.free_bytes() if self._gpu else None
         if device == "cuda":
@@ -80,6 +82,12 @@ class OrtSession:
         except Exception as e:  # onnxruntime raises its own pybind Fail/InvalidGraph/NoSuchFile families
             raise GateError(f"onnxruntime cannot load {path.name}: {e}",
                             hint="rebuild the engine with this onnxruntime version") from e
+        if device == "cuda" and self._session.get_providers()[0] != "CUDAExecutionProvider":
+            # ORT only logs a warning when the CUDA provider fails to load and quietly runs on the CPU: a
+            # "CUDA" gate would then compare CPU with the CPU reference and pass an engine never run on a GPU.
+            raise GateError(f"onnxruntime could not create its CUDA execution provider for {path.name} "
+                            f"(session providers: {', '.join(self._session.get_providers())})",
+                            hint="check that the CUDA and cuDNN libraries onnxruntime-gpu needs are loadable")
         self.input_names = tuple(i.name for i in self._session.get_inputs())
         self.output_names = tuple(o.name for o in self._session.get_outputs())
 
