@@ -507,11 +507,24 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
                       rejections=tuple(rejections))
 
 
+def _published_gates(project: Project, cell: Cell, index: dict) -> tuple[dict | None, dict | None] | None:
+    """The gate reports recorded with the published artifact of this exact build key, if any."""
+    entry = index.get(cell.address)
+    if entry is None or entry.build_key != cell.build_key:
+        return None
+    for artifact in open_store(project.registry).find(address=cell.address):
+        if artifact.metadata["build_key"] == cell.build_key:
+            gates = artifact.metadata.get("gates") or {}
+            return gates.get("parity"), gates.get("benchmark")
+    return None
+
+
 def report_cells(project: Project) -> list[dict]:
     """One dict per matrix cell for ``orchestrator.report``: gate status and verdicts found on this machine."""
     from .execute import read_result
 
     fingerprint = detect()
+    published_index = registry_index(project.registry).latest_by_address()
     cells = []
     for cell in project.graph.cells:
         entry = {"address": cell.address, "model": cell.model, "precision": cell.precision.name,
@@ -521,9 +534,14 @@ def report_cells(project: Project) -> list[dict]:
             continue
         build_node = project.graph.nodes[f"build:{cell.address}"]
         if read_result(project.workspace.node_dir(build_node)) is None:
-            cells.append({**entry, "status": "skipped", "note": "not built on this machine"})
-            continue
-        parity, bench = gate_reports(project, cell)
+            published = _published_gates(project, cell, published_index)
+            if published is None:
+                cells.append({**entry, "status": "skipped", "note": "not built on this machine"})
+                continue
+            parity, bench = published
+            entry["note"] = "from the registry"
+        else:
+            parity, bench = gate_reports(project, cell)
         if parity:
             first = next(iter(parity["profiles"].values()), None)
             entry["parity"] = first
