@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from graphlib import CycleError, TopologicalSorter
+from graphlib import TopologicalSorter
 from typing import Callable, Iterable, Mapping
 
 from .builders import BuilderCapabilities, OptimizationProfile

@@ -10,8 +10,7 @@ from rich.table import Table
 
 from .. import api
 from ..manifest.model import RegistryConfig
-from .common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
-    require_manifests
+from .common import cache_option, console, console_err, json_option, manifests_argument, print_json
 
 
 def parse_registry(text: str) -> RegistryConfig:

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from .conftest import REPO, orchestrate, run_json, write_demo_copy
+from .conftest import REPO, run_json, write_demo_copy
 
 pytestmark = pytest.mark.integration
 

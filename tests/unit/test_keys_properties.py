@@ -29,7 +29,7 @@ from tests.unit.core_fixtures import (
     shapes,
     target,
 )
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec
+from orchestrator.manifest.model import BuilderOptions
 from orchestrator.resolve import ResolveInputs, resolve
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
