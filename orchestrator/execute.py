@@ -204,6 +204,19 @@ def _run_in_worker(step: Callable[[StepTask], StepOutcome], task: StepTask,
 StepFn = Callable[[StepTask], StepOutcome]
 
 
+def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """Terminate the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
+
+
 @dataclass
 class Executor:
     """``steps`` maps a node kind to a top-level (picklable) step function; ``prepare_task`` gives the payload
@@ -331,6 +344,8 @@ class Executor:
                     remaining.clear()
         except KeyboardInterrupt:
             interrupted = True
+            if pool is not None:
+                _stop_workers(pool)  # before removing their temp dirs: a live worker would write into them
             for fut, (node, tmp, _t0, _deps) in running.items():
                 fut.cancel()
                 shutil.rmtree(tmp, ignore_errors=True)

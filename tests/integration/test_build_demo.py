@@ -142,3 +142,26 @@ def test_unparseable_model_fails_its_node_and_keep_going_builds_the_rest(tmp_pat
     assert "conv_int" in failed["reason"] and "ConvInteger" in failed["reason"]
     assert nodes["build:orientation/fp32/default@sm86+rtx1.7"]["status"] == "done"
     assert nodes["build:orientation/fp32/default@cpu+ort1.31"]["status"] == "done"
+
+
+def test_ctrl_c_stops_cleanly(tmp_path, demo_models):
+    """SIGINT to the process group, as a terminal's Ctrl-C sends it: exit 130, workers gone, nothing partial."""
+    manifest = write_demo_copy(tmp_path / "manifests")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "ORCHESTRATE_CACHE": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "build", str(manifest), "-j", "2", "-q"],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list((cache / "nodes" / "build").glob("*/result.json"))) >= 1:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    assert list((cache / "tmp").iterdir()) == []
+    for node_dir in (cache / "nodes").glob("*/*"):
+        assert (node_dir / "result.json").exists()
