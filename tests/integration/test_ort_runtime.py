@@ -107,17 +107,24 @@ def test_plugin_satisfies_the_runtime_protocol():
     assert isinstance(runtime, Runtime) and runtime.name == "onnxruntime"
 
 
+def _meta(device: str, builder: str = "onnxruntime", version: str = "1.31.1") -> dict:
+    return {"builder": {"name": builder, "version": version},
+            "target": {"device": device, "compute_capabilities": [], "hardware_compatibility": "none",
+                       "version_compatible": False}}
+
+
 def test_can_run_decides_from_metadata_and_fingerprint():
     cpu_only = RunnerFingerprint(os="linux", arch="x86_64", onnxruntime="1.31.1",
                                  onnxruntime_providers=("CPUExecutionProvider",))
-    assert runtime.can_run({"builder": "onnxruntime", "device": "cpu"}, cpu_only) is None
-    assert "no GPU" not in (runtime.can_run({"device": "cuda"}, cpu_only) or "")
-    assert runtime.can_run({"device": "cuda"}, cpu_only) == "CUDA engine needs an NVIDIA GPU; this runner has none"
+    assert runtime.can_run(_meta("cpu"), cpu_only) is None
+    assert runtime.can_run(_meta("cuda"), cpu_only) == ("an onnxruntime CUDA engine needs an NVIDIA GPU; "
+                                                        "this runner has none")
     gpu = RunnerFingerprint.parse_gpu_spec("sm90", cpu_only)
-    assert "CUDAExecutionProvider" in runtime.can_run({"target": {"device": "cuda"}}, gpu)
-    assert runtime.can_run({"device": "cpu"}, RunnerFingerprint(os="linux", arch="x86_64")).startswith(
+    assert "CUDAExecutionProvider" in runtime.can_run(_meta("cuda"), gpu)
+    assert runtime.can_run(_meta("cpu"), RunnerFingerprint(os="linux", arch="x86_64")).startswith(
         "onnxruntime is not installed")
-    assert runtime.can_run({"builder": "tensorrt"}, cpu_only) == "engine was built by 'tensorrt', not onnxruntime"
+    # an engine optimized by another onnxruntime release is not run here (major.minor must match)
+    assert "major.minor must match" in runtime.can_run(_meta("cpu", version="1.30.0"), cpu_only)
 
 
 def test_fp32_optimised_engine_passes_tight_fp32_tolerances(models):
