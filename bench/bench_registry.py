@@ -5,8 +5,10 @@
 Compares: local store put/get vs ``cp`` (+ ``sync`` of the copy, since put fsyncs); oci store put/get vs the raw
 distribution API driven by curl on loopback (POST an upload session, then ``PUT ?digest=`` with the whole
 body; GET the blob). Each store operation runs in a fresh child process that reads its VmHWM (peak RSS) after
-imports and after the operation: the difference is the operation's peak RSS growth. Results: the best (max)
-throughput of the repeats, and the worst RSS growth. Needs ``docker-registry`` (Debian package) for the oci part.
+imports and after the operation: the difference is the operation's peak RSS growth. Raw and store runs are
+interleaved within each repeat (raw, put, get, raw, put, get, ...) so load from other users hits both alike.
+Results: best (max) and median throughput of the repeats, every run's figure, the worst RSS growth, and the
+1-minute load average before and after (``/proc/loadavg``). Needs ``docker-registry`` (Debian package) for oci.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,6 +69,10 @@ def run_child(op: str, args: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def load_avg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def timed(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -85,7 +92,8 @@ def bench(size_mb: int, repeats: int) -> dict:
     from registry_server import RegistryServer
 
     results: dict = {"size_mb": size_mb, "repeats": repeats, "machine": {
-        "cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release()}}
+        "cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release()},
+        "load_before": load_avg()}
     with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "out") as tmp:
         work = Path(tmp)
         files, meta_path = make_engine(work, size_mb, "bench")
@@ -132,22 +140,25 @@ def bench(size_mb: int, repeats: int) -> dict:
             results["oci"] = summarize(mb, raw_put=raw_up, put=put, get=get, raw_get=raw_down)
         finally:
             server.stop()
+    results["load_after"] = load_avg()
     return results
 
 
 def summarize(mb: float, *, raw_put: list[float], put: list[dict], get: list[dict], raw_get: list[float]) -> dict:
-    best = lambda xs: mb / min(xs)  # noqa: E731
-    out = {
-        "raw_put_MBps": round(best(raw_put), 1),
-        "put_MBps": round(best([p["seconds"] for p in put]), 1),
-        "raw_get_MBps": round(best(raw_get), 1),
-        "get_MBps": round(best([g["seconds"] for g in get]), 1),
-        "put_rss_growth_mb": round(max(p["rss_growth_mb"] for p in put), 1),
-        "get_rss_growth_mb": round(max(g["rss_growth_mb"] for g in get), 1),
-        "rss_base_mb": round(put[0]["rss_base_mb"], 1),
-    }
-    out["put_vs_raw"] = round(out["put_MBps"] / out["raw_put_MBps"], 2)
-    out["get_vs_raw"] = round(out["get_MBps"] / out["raw_get_MBps"], 2)
+    rate = lambda secs: [round(mb / x, 1) for x in secs]  # noqa: E731
+    runs = {"raw_put": rate(raw_put), "put": rate([p["seconds"] for p in put]),
+            "raw_get": rate(raw_get), "get": rate([g["seconds"] for g in get])}
+    out: dict = {}
+    for name, xs in runs.items():
+        out[f"{name}_MBps_best"] = max(xs)
+        out[f"{name}_MBps_median"] = round(statistics.median(xs), 1)
+    for op in ("put", "get"):
+        for stat in ("best", "median"):
+            out[f"{op}_vs_raw_{stat}"] = round(out[f"{op}_MBps_{stat}"] / out[f"raw_{op}_MBps_{stat}"], 2)
+    out["put_rss_growth_mb"] = round(max(p["rss_growth_mb"] for p in put), 1)
+    out["get_rss_growth_mb"] = round(max(g["rss_growth_mb"] for g in get), 1)
+    out["rss_base_mb"] = round(put[0]["rss_base_mb"], 1)
+    out["runs_MBps"] = runs
     return out
 
 

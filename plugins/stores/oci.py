@@ -21,9 +21,9 @@ race only on that tag: it ends on one manifest, the other becomes untagged and i
 return what the tag points to. Cost: one manifest GET per artifact per index read (8 parallel requests,
 cached per store instance since ``bk-`` tags are immutable); a snapshot cache can be layered on later.
 
-Transfers stream (8 MiB reads, hashed on the way): oras-py's push reads the whole file into memory (229 MB RSS
-for a 200 MB engine), so blobs go up as POST + one streamed ``PUT ?digest=`` and come down with
-``iter_content`` into a temp file next to the destination, verified before the rename. Credentials: env
+Transfers stream: oras-py's push reads the whole file into memory (229 MB RSS for a 200 MB engine), so blobs
+go up as POST + one streamed ``PUT ?digest=`` and come down through one reused 1 MiB buffer into a temp file
+next to the destination, hashed in a second thread as it is written and verified before the rename. Credentials: env
 ``ORCHESTRATE_REGISTRY_USERNAME``/``_PASSWORD``, else the docker config (``DOCKER_CONFIG`` or
 ``~/.docker/config.json``, read with oras-py's loader), used for Basic or Bearer-token challenges.
 Transient failures (connection errors, 429, 5xx) are retried with exponential backoff and jitter, then
@@ -55,7 +55,7 @@ from orchestrator.metadata import (
 )
 from orchestrator.registry import ArtifactFiles, IndexEntry, StoredArtifact
 
-from ._atomic import WRITE_CHUNK, atomic_writer, sha256_file
+from ._atomic import atomic_writer, sha256_file
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 LOG_MEDIA_TYPE = "application/vnd.trt-orchestrator.log.v1+text"
@@ -313,23 +313,32 @@ class OciStore:
             r.close()
             raise ArtifactNotFoundError(f"{address}: blob {digest} is missing from {self.host}/{repo}")
         import requests
+        import urllib3
 
         try:
             with r, atomic_writer(dest) as w:
-                # readinto one reused 1 MiB buffer: iter_content(8 MiB) made a fresh 8 MiB bytes per chunk and
-                # 8 MiB writes are slow here; together ~80 MB/s against curl's ~290 MB/s (NOTES-registry.md).
-                buf = bytearray(WRITE_CHUNK)
-                view = memoryview(buf)
-                while n := r.raw.readinto(buf):
-                    w.write(view[:n])
+                # Eight reused 1 MiB buffers: this thread reads the socket into one and writes it while a second
+                # thread hashes the previous ones, so socket reads, page-cache writes and sha256 overlap.
+                w.pump(_body_reader(r))
+                # http.client's readinto returns 0 on an early EOF instead of raising: a cut connection.
+                expected = _content_length(r)
+                if expected is not None and w.size < expected:
+                    raise _Transient(f"connection closed after {w.size} of {expected} bytes")
                 actual = f"sha256:{w.hexdigest()}"
                 if actual != digest:
                     raise IntegrityError(
                         f"{address}: engine {digest} failed its integrity check (downloaded bytes hash to "
                         f"{actual}); {dest} was not written",
                         hint=f"the blob in {self.host}/{repo} is corrupt; delete this artifact and republish it")
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as e:
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
+                ConnectionError, TimeoutError) as e:
             raise _Transient(_connection_reason(e)) from e
+        except Exception as e:
+            import http.client
+
+            if isinstance(e, http.client.HTTPException):
+                raise _Transient(_connection_reason(e)) from e
+            raise
 
     # ---- manifests -----------------------------------------------------------------------------------------
     def _get_manifest(self, repo: str, ref: str) -> tuple[str, dict] | None:
@@ -552,3 +561,26 @@ def _normalize_digest(digest: str) -> str:
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", text):
         raise StoreError(f"not a sha256 digest: {digest!r}", hint="digests look like sha256:<64 hex digits>")
     return text
+
+
+def _content_length(r) -> int | None:
+    try:
+        return int(r.headers["Content-Length"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _body_reader(r) -> Callable[[bytearray], int]:
+    """``readinto`` for a streamed response body, as direct as the response allows.
+
+    urllib3 2.x's ``HTTPResponse.readinto`` is ``read(len(b))`` plus a copy: a fresh 1 MiB ``bytes`` per call
+    (malloc + page faults) and a second memcpy, which profiled as a third of the pull time here. When the body
+    is not content-encoded, the ``http.client`` response underneath (``r.raw._fp``, urllib3 2.x) reads straight
+    from the socket buffer into ours, dechunking if needed. Any other shape falls back to urllib3's readinto.
+    """
+    raw = r.raw
+    fp = getattr(raw, "_fp", None)
+    encoding = r.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity") and fp is not None and hasattr(fp, "readinto"):
+        return fp.readinto
+    return raw.readinto

@@ -123,3 +123,15 @@ def test_delete_and_rebuild_index(store, tmp_path):
     after = json.loads(store.index_path.read_text())
     assert after["artifacts"].keys() == before["artifacts"].keys()
     assert after["latest"] == before["latest"] | {}  # same entries (seq renumbered consistently)
+
+
+def test_multi_chunk_engine_round_trips_byte_exact_and_leaves_no_temp(store, tmp_path):
+    # 9 MiB + 123 B: three 4 MiB copy/hash steps, the last one short (the hasher trails the kernel copy).
+    files = make_artifact(tmp_path / "b", size=9 * 1024 * 1024 + 123, log=False)
+    stored = store.put(files)
+    assert store.blob_path(stored.digest).read_bytes() == files.engine.read_bytes()
+    out = tmp_path / "out" / "e.plan"
+    store.get(stored.digest, out)
+    assert out.read_bytes() == files.engine.read_bytes()
+    assert [p.name for p in store.blobs.iterdir() if p.name.startswith(".")] == []
+    assert [p.name for p in out.parent.iterdir()] == ["e.plan"]

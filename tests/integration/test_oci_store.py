@@ -136,3 +136,19 @@ def test_registry_killed_mid_push_then_retry_after_restart(tmp_path):
         assert out.read_bytes() == files.engine.read_bytes()
     finally:
         server.stop()
+
+
+def test_multi_chunk_pull_is_byte_exact_through_the_direct_body_reader(registry, tmp_path):
+    from trt_orchestrator_plugins.stores.oci import _body_reader
+
+    store = oci(registry, "t5")
+    files = make_artifact(tmp_path / "b", model="chunks", size=9 * 1024 * 1024 + 123, log=False)
+    stored = store.put(files)
+    out = tmp_path / "out" / "e.plan"
+    oci(registry, "t5").get(stored.digest, out)
+    assert out.read_bytes() == files.engine.read_bytes()
+    assert [p.name for p in out.parent.iterdir()] == ["e.plan"]
+    # The fast path (http.client readinto, no urllib3 copy) must stay in use: it is most of the pull speed-up.
+    r = store._send("GET", f"/v2/t5/chunks/blobs/{stored.digest}", stream=True)
+    with r:
+        assert _body_reader(r) == r.raw._fp.readinto
