@@ -270,8 +270,8 @@ class Executor:
             while remaining or running:
                 progressed = False
                 for node_id in list(remaining):
-                    if stop:
-                        break
+                    if stop or len(running) >= self.jobs:
+                        break  # a free worker first: queueing in the pool would lose order and timings
                     node = nodes[node_id]
                     deps_state = [reports.get(d) for d in node.deps if d in selected]
                     if any(r is None for r in deps_state):
@@ -323,8 +323,6 @@ class Executor:
                     else:
                         fut = pool.submit(_run_in_worker, self.steps[node.kind], task)
                     running[fut] = (node, tmp, time.monotonic(), dep_prints)
-                    if len(running) >= self.jobs:
-                        break
                 if running:
                     done, _ = cf.wait(list(running), timeout=0.2, return_when=cf.FIRST_COMPLETED)
                     for fut in done:

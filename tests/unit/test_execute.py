@@ -164,3 +164,29 @@ def test_summary_json_shape(tmp_path, in_process):
     assert data["format_version"] == 1 and data["ok"] is True
     assert data["counts"] == {"done": 5}
     assert {n["node"] for n in data["nodes"]} == set(nodes)
+
+
+def step_busy(task: StepTask) -> StepOutcome:
+    """Holds its worker for ~0.4 s of computation (no sleeping: the scheduler's ticks must pass meanwhile)."""
+    import time
+
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        sum(range(10_000))
+    (task.out_dir / "out.bin").write_bytes(b"x")
+    return StepOutcome(files=("out.bin",))
+
+
+def test_never_more_nodes_in_flight_than_jobs(tmp_path):
+    nodes = {f"build:{i}": Node(f"build:{i}", "build", (), f"k{i}", address=str(i)) for i in range(6)}
+    in_flight = {"now": 0, "max": 0}
+
+    def on_event(event, node, report):
+        in_flight["now"] += 1 if event == "start" else -1 if report and report.status == "done" else 0
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+
+    ex = Executor(Workspace(tmp_path / "ws"), {"build": step_busy}, lambda node: (None, None), jobs=2,
+                  on_event=on_event)
+    summary = ex.run(nodes, topological_order(nodes), set(nodes))
+    assert summary.ok
+    assert in_flight["max"] == 2
