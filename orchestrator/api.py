@@ -25,8 +25,9 @@ from .plan import Plan, plan_against
 from .registry import EmptyIndex, IndexReader
 from .resolve import ResolveInputs, resolve
 
-# Versions of the libraries that perform transforms change their output, so they are part of transform keys.
-_TRANSFORM_TOOLS = ("onnxconverter-common", "onnxruntime", "onnx")
+# Versions of the code that performs transforms (our plugins, the libraries they call) change their output, so
+# they are part of transform keys.
+_TRANSFORM_TOOLS = ("trt-orchestrator", "onnxconverter-common", "onnxruntime", "onnx")
 
 
 def default_workspace(cache_dir: str | os.PathLike | None = None) -> Workspace:
@@ -89,7 +90,8 @@ def load_project(paths: Sequence[str | os.PathLike], *, cache_dir: str | os.Path
                 data_digests[model.calibration.path] = cache.data_digest(model.calibration.path)
     cache.save()
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
-                                             tool_versions=_tool_versions()),
+                                             tool_versions=_tool_versions(),
+                                             transforms=frozenset(plugins.names(plugins.TRANSFORMS))),
                     capabilities or plugins.builder_capabilities)
     digests = {display_path(m.file): hashlib.sha256(Path(m.file).read_bytes()).hexdigest() for m in manifests}
     return Project(manifests, graph, ws, digests)

@@ -33,6 +33,7 @@ class ResolveInputs:
     data_digests: Mapping[str, str] = field(default_factory=dict)  # calibration-data path -> digest
     tool_versions: Mapping[str, str] = field(default_factory=dict)  # transform libraries' versions
     plugin_libraries: Mapping[str, str] = field(default_factory=dict)  # TensorRT plugin .so -> digest
+    transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
 
 
 def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
@@ -80,7 +81,7 @@ def _cc_tuple(cc: str) -> tuple[int, int]:
 
 
 def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, route: str | None,
-                    caps: BuilderCapabilities | None) -> str | None:
+                    caps: BuilderCapabilities | None, transforms: frozenset[str] | None) -> str | None:
     if caps is None:
         return f"builder plugin {target.builder!r} is not installed"
     if route is None:
@@ -91,6 +92,9 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
         if low:
             return (f"{spec.name} needs compute capability >= {need[0]}.{need[1]}; "
                     f"target has {', '.join(cc_slug(c) for c in low)}")
+    kind = _TRANSFORM_KIND.get(spec.name)
+    if route == "transform" and transforms is not None and kind not in transforms:
+        return f"{spec.name} needs the {kind!r} transform, which no installed plugin provides"
     if manifest.runner_pools:
         for role, labels in (("build", target.runners.build), ("gate", target.runners.gate)):
             if labels and not any(set(labels) <= set(p.labels) for p in manifest.runner_pools):
@@ -179,7 +183,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             profiles, profiles_key = profile_cache[pk]
 
             prepare_id = f"prepare:{model.name}@{model.version}"
-            blocked = _blocked_reason(manifest, target, spec, route, caps)
+            blocked = _blocked_reason(manifest, target, spec, route, caps, inputs.transforms)
             if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
                 nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
 

@@ -220,7 +220,7 @@ def cc_slug(cc: str) -> str:
 
 def target_slug(t: Target) -> str:
     if t.hardware_compatibility == "ampere_plus":
-        where = "ampere+"
+        where = "ampere-plus"  # '+' separates place from builder in an address
     elif t.device in ("cpu", "cuda") and not t.compute_capabilities:
         where = t.device
     else:

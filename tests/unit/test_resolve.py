@@ -23,7 +23,7 @@ from tests.unit.core_fixtures import (
 )
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.model import MatrixRule, RunnerPool
-from orchestrator.resolve import resolve, topological_order
+from orchestrator.resolve import ResolveInputs, resolve, topological_order
 
 
 def _resolve(*manifests, **kw):
@@ -73,7 +73,7 @@ def test_addresses_of_every_target_kind():
                rtx_target("rtx", ccs=("8.6", "8.9", "12.0")), ort_target("ort")]
     g = _resolve(manifest([model("ocr-det", precs=("fp32",))], targets))
     assert [c.address for c in g.cells] == [
-        "ocr-det/fp32/default@ampere++trt10.13",  # sic: model.target_slug, reported
+        "ocr-det/fp32/default@ampere-plus+trt10.13",
         "ocr-det/fp32/default@cpu+ort1.23",
         "ocr-det/fp32/default@sm75+trt10.13-vc",
         "ocr-det/fp32/default@sm86-sm89-sm120+rtx1.2",
@@ -346,3 +346,12 @@ def test_every_build_key_is_the_key_of_its_key_inputs():
         assert c.build_key == build_key(c.key_inputs)
         if c.transform_node:
             assert g.nodes[c.transform_node].key == build_key(c.key_inputs["transform"]) if not c.blocked else True
+
+
+def test_a_precision_whose_transform_is_not_installed_is_blocked():
+    m = manifest([model("m", precs=("fp8",))], [target("h100", ccs=("9.0",))])
+    g = resolve([m], ResolveInputs(model_digests={"/models/m.onnx": path_digest("/models/m.onnx")},
+                                   transforms=frozenset({"fp16", "bf16", "int8-qdq"})), capabilities)
+    (cell,) = g.cells
+    assert cell.blocked == "fp8 needs the 'fp8-qdq' transform, which no installed plugin provides"
+    assert not [n for n in g.nodes if n.endswith(cell.address)]
