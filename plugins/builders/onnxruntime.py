@@ -68,7 +68,9 @@ class OnnxRuntimeBuilder:
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
-        installed = _installed_version()
+        # the fingerprint knows which onnxruntime `import onnxruntime` really gives (with both the CPU and the GPU
+        # package installed, package metadata names the wrong one)
+        installed = fingerprint.onnxruntime or _installed_version()
         if installed is None:
             return (f"onnxruntime {target.builder_version} is not installed "
                     f"(pip install 'trt-orchestrator[ort]')")
