@@ -37,6 +37,7 @@ class Timing:
 class Session(Protocol):
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    tf32: bool  # fp32 math runs in TF32 here (GPU runtimes by default); parity then uses the tf32 tolerances
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 

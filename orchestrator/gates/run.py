@@ -52,7 +52,7 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
         if missing:
             reasons.append(f"engine did not return output {name!r}")
             continue
-        tol = resolve_tolerance(model.gate.parity, precision, name)
+        tol = resolve_tolerance(model.gate.parity, precision, name, tf32=bool(getattr(engine, "tf32", False)))
         pairs = ((eng[name], ref[name]) for eng, ref in zip(eng_outputs, ref_outputs))
         outputs.append(compare_output(name, pairs, tol, classifier_k=model.classifier_outputs.get(name)))
     return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons))

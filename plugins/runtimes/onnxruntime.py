@@ -62,6 +62,9 @@ class OrtSession:
         except ImportError as e:
             raise GateError("onnxruntime is not installed", hint="pip install 'trt-orchestrator[ort]'") from e
         self.device = device
+        # onnxruntime's CUDA EP runs fp32 convolutions/GEMMs in TF32 unless use_tf32=0 (its default is on):
+        # the parity gate judges fp32 engines run that way against the tf32 tolerances
+        self.tf32 = device == "cuda"
         self._ort = ort
         if device == "cuda" and hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # ORT >= 1.21: load CUDA/cuDNN from pip packages or torch before the session

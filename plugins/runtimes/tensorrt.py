@@ -69,6 +69,7 @@ class TensorRTSession:
         self._on_close = on_close
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        self.tf32 = True  # TensorRT enables BuilderFlag.TF32 by default: fp32 layers may run in TF32
         self.input_names = tuple(n for n in names if is_input[n])
         self.output_names = tuple(n for n in names if not is_input[n])
         self.dtypes = {n: self._np_dtype(n) for n in names}

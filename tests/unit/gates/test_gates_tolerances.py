@@ -12,7 +12,7 @@ def test_defaults_get_looser_with_precision():
     assert atols == sorted(atols) and atols[0] == 1e-4
     assert DEFAULT_TOLERANCES["fp16"].min_cosine == 0.999
     assert (DEFAULT_TOLERANCES["int8"].min_cosine, DEFAULT_TOLERANCES["int8"].min_topk_agreement) == (0.98, 0.9)
-    assert [r["precision"] for r in default_tolerance_table()] == ["fp32", "fp16", "bf16", "int8", "fp8"]
+    assert [r["precision"] for r in default_tolerance_table()] == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
 
 
 def test_resolution_default_then_model_then_output():
@@ -29,5 +29,20 @@ def test_resolution_default_then_model_then_output():
 
 def test_unknown_precision_names_the_known_ones():
     with pytest.raises(ValueError, match="no default parity tolerance for precision 'fp4' "
-                                         r"\(known: fp32, fp16, bf16, int8, fp8\)"):
+                                         r"\(known: fp32, tf32, fp16, bf16, int8, fp8\)"):
         resolve_tolerance(ParityGate(), "fp4", "y")
+
+
+def test_fp32_on_a_tf32_runtime_starts_from_the_tf32_default():
+    from orchestrator.gates.tolerances import resolve_tolerance
+    from orchestrator.manifest.model import ParityGate, Tolerance
+
+    cpu = resolve_tolerance(ParityGate(), "fp32", "y")
+    gpu = resolve_tolerance(ParityGate(), "fp32", "y", tf32=True)
+    assert (cpu.atol, cpu.rtol, cpu.source) == (1e-4, 1e-3, "default:fp32")
+    assert (gpu.atol, gpu.rtol, gpu.source) == (1e-3, 5e-3, "default:tf32")
+    # the manifest's fp32 override still applies on top
+    gate = ParityGate(tolerances={"fp32": Tolerance(atol=2e-3, rtol=1e-2)})
+    assert resolve_tolerance(gate, "fp32", "y", tf32=True).atol == 2e-3
+    # other precisions are unaffected
+    assert resolve_tolerance(ParityGate(), "fp16", "y", tf32=True).source == "default:fp16"
