@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from . import plugins
-from .errors import GateError
 from .execute import StepOutcome, StepTask
 from .manifest.model import Model
 from .runtimes import RuntimeOptions
@@ -109,10 +108,3 @@ def read_gate_report(node_dir: str | Path, name: str) -> dict | None:
         return json.loads((Path(node_dir) / name).read_text())
     except (OSError, ValueError):
         return None
-
-
-def gate_failed(report: dict | None) -> bool:
-    return bool(report) and report.get("status") == "failed"
-
-
-__all__ = ["step_parity", "step_benchmark", "engine_metadata", "read_gate_report", "GateError"]

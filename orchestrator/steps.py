@@ -6,7 +6,6 @@ payload is a ``CellPayload`` (picklable frozen data) and writes only into ``task
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,10 +55,6 @@ def step_prepare(task: StepTask) -> StepOutcome:
     return StepOutcome(data={"digest": digest, "path": path})
 
 
-def _opt_shapes(cell_or_model_profiles) -> dict[str, tuple[int, ...]]:
-    return {name: shapes[1] for name, shapes in cell_or_model_profiles.shapes.items()}
-
-
 def step_transform(task: StepTask) -> StepOutcome:
     payload: CellPayload = task.payload
     model = payload.model
@@ -88,7 +83,7 @@ def step_transform(task: StepTask) -> StepOutcome:
 
 
 def sha256_file(path: Path) -> str:
-    return hash_file(str(path))[0]
+    return hash_file(str(path))[0]  # the engine's content digest, "sha256:<hex>"
 
 
 def step_build(task: StepTask) -> StepOutcome:
@@ -129,7 +124,3 @@ def step_build(task: StepTask) -> StepOutcome:
         "metadata": result.metadata,
         "runner": payload.fingerprint.to_json(),
     })
-
-
-def short_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:12]

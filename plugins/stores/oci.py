@@ -49,7 +49,6 @@ from orchestrator.manifest.model import RegistryConfig
 from orchestrator.metadata import (
     METADATA_MEDIA_TYPE,
     ONNX_ENGINE_MEDIA_TYPE,
-    index_entry,
     utc_now,
     validate_metadata,
 )
