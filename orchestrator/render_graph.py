@@ -72,6 +72,16 @@ def mermaid_label(text: str) -> str:
 
 
 def dot_quote(text: str) -> str:
+    """A DOT quoted ID: the only escape the language has in quoted strings is \\" (graphviz keeps every other
+    backslash, and newlines, as they are), checked against graphviz's own parser in the tests."""
+    text = text.replace('"', '\\"').replace("\\\n", "\\ \n")  # backslash-newline would be a line continuation
+    if text.endswith("\\"):
+        text += " "  # a final backslash would escape the closing quote (not reachable from manifest names)
+    return '"' + text + '"'
+
+
+def dot_label(text: str) -> str:
+    """A DOT label (escString): backslashes and quotes escaped, newlines as \\n."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "") + '"'
 
 
@@ -105,8 +115,8 @@ def _dot(graph: BuildGraph) -> str:
     nodes = _ordered(graph)
     lines = ["digraph build_graph {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     for n in nodes:
-        attrs = [f"label={dot_quote(n.id)}", f"shape={_DOT_SHAPE.get(n.kind, 'box')}",
-                 f"class={dot_quote(mermaid_class(n.kind))}"]
+        attrs = [f"label={dot_label(n.id)}", f"shape={_DOT_SHAPE.get(n.kind, 'box')}",
+                 f"class={dot_label(mermaid_class(n.kind))}"]
         lines.append(f"  {dot_quote(n.id)} [{', '.join(attrs)}];")
     for n in nodes:
         for dep in n.deps:

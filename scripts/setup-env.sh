@@ -6,5 +6,7 @@ extras="${1:-demo}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[${extras}]"
+# (some machines' pip config names local index folders that do not exist; pip warns per package: drop that noise)
+quiet() { "$@" 2> >(grep -v "^WARNING: Location 'file://" >&2); }
+quiet .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+quiet .venv/bin/python -m pip install -q -e ".[${extras}]"

@@ -7,6 +7,7 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   need=""
   command -v docker-registry >/dev/null 2>&1 || need="$need docker-registry"
   command -v chromium >/dev/null 2>&1 || need="$need chromium"
+  command -v dot >/dev/null 2>&1 || need="$need graphviz"   # `orchestrate graph --format dot` parsed for real
   if [ -n "$need" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

@@ -136,6 +136,13 @@ def _dot_statements(text: str) -> list[list[str]]:
 
 
 def _dot_unquote(tok: str) -> str:
+    """A quoted ID as graphviz reads it: only \\" is an escape."""
+    assert tok.startswith('"') and tok.endswith('"')
+    return tok[1:-1].replace('\\"', '"')
+
+
+def _dot_unlabel(tok: str) -> str:
+    """An escString label: \\n is a newline, \\X is X."""
     assert tok.startswith('"') and tok.endswith('"')
     return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), tok[1:-1])
 
@@ -150,7 +157,7 @@ def test_dot_quoting_reconstructs_the_graph(make):
             edges.append((_dot_unquote(st[0]), _dot_unquote(st[2])))
         elif len(st) > 2 and st[1] == "[" and st[-1] == "]" and st[0].startswith('"'):
             attrs = dict(zip(st[2:-1:4], st[4:-1:4]))
-            declared[_dot_unquote(st[0])] = _dot_unquote(attrs["label"])
+            declared[_dot_unquote(st[0])] = _dot_unlabel(attrs["label"])
     assert declared == {i: i for i in g.nodes}
     assert sorted(edges) == sorted((d, n) for n, node in g.nodes.items() for d in node.deps)
 
