@@ -98,7 +98,7 @@ class FloatConversion:
         try:
             from onnxconverter_common import float16
         except ImportError as e:
-            raise BuildError(f"cannot import onnxconverter_common: {e}", node=request.key,
+            raise BuildError(f"cannot import onnxconverter_common: {e}",
                              hint="pip install 'trt-orchestrator[transforms]'") from e
         started = time.perf_counter()
         model = load_model(request.onnx_path)

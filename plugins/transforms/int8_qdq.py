@@ -101,12 +101,12 @@ class Int8QdqTransform:
             from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
             from onnxruntime.quantization.shape_inference import quant_pre_process
         except ImportError as e:
-            raise BuildError(f"cannot import onnxruntime.quantization: {e}", node=request.key,
+            raise BuildError(f"cannot import onnxruntime.quantization: {e}",
                              hint="pip install 'trt-orchestrator[transforms]'") from e
         method = CALIBRATION_METHODS.get(request.precision.calibration_method)
         if method is None:
             raise BuildError(f"unknown calibration method {request.precision.calibration_method!r}; "
-                             f"use one of {', '.join(CALIBRATION_METHODS)}", node=request.key)
+                             f"use one of {', '.join(CALIBRATION_METHODS)}")
         started = time.perf_counter()
         samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
         out_path = Path(request.out_path)
@@ -133,7 +133,7 @@ class Int8QdqTransform:
                 raise
             except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
                 raise BuildError(f"int8 Q/DQ calibration of {request.onnx_path.name} failed: "
-                                 f"{type(e).__name__}: {e}", node=request.key) from e
+                                 f"{type(e).__name__}: {e}") from e
         facts = self._facts(out_path)
         if opset_from is not None:
             facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]
