@@ -68,7 +68,7 @@ class RunnerFingerprint:
             cc = f"{digits[:-1]}.{digits[-1]}"
         else:
             cc = text
-        gpu = GpuInfo(index=0, name=f"(declared sm{cc.replace('.', '')})", compute_capability=cc, memory_mib=0)
+        gpu = GpuInfo(index=0, name=f"declared sm{cc.replace('.', '')}", compute_capability=cc, memory_mib=0)
         return _replace(base, gpus=(gpu,))
 
 
