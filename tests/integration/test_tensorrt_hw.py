@@ -24,24 +24,38 @@ def _fingerprint() -> hardware.RunnerFingerprint:
     return hardware.detect()
 
 
-def _need_gpu() -> hardware.RunnerFingerprint:
-    fp = _fingerprint()
-    if not fp.has_gpu:
-        pytest.skip("no NVIDIA GPU: NVML (nvidia-ml-py) found no driver or device on this machine")
-    try:
-        from trt_orchestrator_plugins.runtimes import _cuda
+def _missing_for_tensorrt() -> list[str]:
+    """Everything these hardware tests need that this machine lacks, named at once."""
+    missing = []
+    if not _fingerprint().has_gpu:
+        missing.append("an NVIDIA GPU (NVML found no driver or device)")
+    else:
+        try:
+            from trt_orchestrator_plugins.runtimes import _cuda
 
-        _cuda.cudart()
-    except Exception as e:  # CudaUnavailable
-        pytest.skip(f"cuda-python is not installed: pip install 'trt-orchestrator[gpu]' ({e})")
-    return fp
+            _cuda.cudart()
+        except Exception as e:  # CudaUnavailable
+            missing.append(f"cuda-python (pip install 'trt-orchestrator[gpu]'; {e})")
+    try:
+        import tensorrt  # noqa: F401
+    except (ImportError, OSError):
+        missing.append("TensorRT (`tensorrt`; its wheels come only from NVIDIA's index)")
+    return missing
+
+
+def _need_gpu() -> hardware.RunnerFingerprint:
+    missing = [m for m in _missing_for_tensorrt() if not m.startswith("TensorRT")]
+    if missing:
+        pytest.skip("needs " + " and ".join(missing))
+    return _fingerprint()
 
 
 def _need_tensorrt():
-    try:
-        import tensorrt
-    except (ImportError, OSError) as e:
-        pytest.skip(f"TensorRT (tensorrt) is not installed: its wheels come only from NVIDIA's index ({e})")
+    missing = _missing_for_tensorrt()
+    if missing:
+        pytest.skip("needs " + " and ".join(missing))
+    import tensorrt
+
     return tensorrt
 
 
@@ -69,8 +83,8 @@ def _metadata(builder: str, version: str, cc: str) -> dict:
 
 @pytest.fixture(scope="module")
 def tensorrt_engine(tmp_path_factory):
-    fp = _need_gpu()
-    trt = _need_tensorrt()
+    trt = _need_tensorrt()  # names every missing piece: GPU, cuda-python, TensorRT
+    fp = _fingerprint()
     from trt_orchestrator_plugins.builders.tensorrt import builder
 
     tmp = tmp_path_factory.mktemp("trt")
