@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import plugins
+from .atomic import write_json_atomic  # noqa: F401 - the CLI writes plans and run summaries with it
 from .digests import DigestCache
 from .errors import PlanError, PluginError, UsageError
 from .execute import Executor, RunSummary, StepOutcome, Workspace
@@ -116,26 +117,6 @@ def plan(project: Project, index: IndexReader | None = None) -> Plan:
 def plan_against_index(project: Project, index: IndexReader, *, max_cells_per_shard: int = 0) -> Plan:
     return plan_against(project.graph, index.latest_by_address(), index.state_token(), project.manifest_digests,
                         max_cells_per_shard=max_cells_per_shard)
-
-
-def write_json_atomic(path: str | os.PathLike, data) -> None:
-    """temp file in the same directory, fsync, rename: a crash never leaves half a file."""
-    import json
-    import tempfile
-
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def check_plan_current(project: Project, saved: Plan, index: IndexReader | None = None) -> None:

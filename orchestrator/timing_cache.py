@@ -13,13 +13,13 @@ and atomic parts are testable without TensorRT.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from filelock import FileLock
+
+from .atomic import write_bytes_atomic
 
 LOCK_TIMEOUT_S = 300.0
 
@@ -49,29 +49,7 @@ def load(path: Path) -> bytes:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable; not possible on every platform (Windows), harmless to skip there
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    write_bytes_atomic(path, data)
 
 
 def merge_and_save(path: Path, merge: Callable[[bytes], bytes]) -> bytes:

@@ -15,7 +15,6 @@ Reads and hashing go in 4 MiB chunks: engines can be gigabytes and are never loa
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import queue
 import tempfile
@@ -23,6 +22,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
+
+from orchestrator.atomic import fsync_dir, write_json_atomic
 
 CHUNK = 4 * 1024 * 1024  # hashing reads and in-kernel copy steps (the hasher trails the copy by one step)
 # Buffers handed to write() and the download pump's pool. 1 MiB beat 4 MiB for the pump (356 vs 266 MB/s median
@@ -55,14 +56,6 @@ def start_writeback(fd: int, offset: int, n: int) -> None:
     on this VM that moved ~0.1 s of a 200 MB fsync under the hashing (bench/NOTES-registry.md). Best effort."""
     if _SYNC_FILE_RANGE is not None:
         _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sha256_file(path: Path) -> tuple[str, int]:
@@ -226,17 +219,9 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
         raise
 
 
-def atomic_write_bytes(dest: Path, data: bytes) -> None:
-    with atomic_writer(dest) as w:
-        w.write(data)
-
-
 def atomic_write_json(dest: Path, obj: object, *, indent: int | None = None) -> bytes:
-    """Write ``obj`` as JSON atomically; returns the bytes written (callers hash them for state tokens)."""
-    data = json.dumps(obj, indent=indent, sort_keys=True, separators=(",", ":") if indent is None else None)
-    raw = data.encode() + b"\n"
-    atomic_write_bytes(dest, raw)
-    return raw
+    """Small metadata/index files: the core's writer (no hashing pipeline needed); returns the bytes written."""
+    return write_json_atomic(dest, obj, indent=indent, sort_keys=True)
 
 
 def _kernel_copy(src_fd: int, dst_fd: int, hasher: StagedHasher) -> None:

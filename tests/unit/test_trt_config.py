@@ -303,7 +303,9 @@ def test_write_atomic_cleans_its_temp_file_on_failure(tmp_path: Path, monkeypatc
     def fail_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(timing_cache.os, "replace", fail_replace)
+    from orchestrator import atomic  # the timing cache writes through the core's atomic writer
+
+    monkeypatch.setattr(atomic.os, "replace", fail_replace)
     with pytest.raises(OSError):
         timing_cache.write_atomic(path, b"new")
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["c.cache"]
