@@ -48,7 +48,8 @@ def step_prepare(task: StepTask) -> StepOutcome:
                          hint="fetch the models first (scripts/fetch_models.py for the demo)")
     from .digests import DigestCache
 
-    digest = DigestCache(None, {}).model_digest(path)
+    # the plan's stat-keyed digest cache: an unchanged model is not read again, a changed one is re-hashed
+    digest = DigestCache.open(payload.caches.parent / "digests.json").model_digest(path)
     if digest != task.node.key:
         raise BuildError(f"model file {path} changed since the plan was made ({digest[:19]} != "
                          f"{task.node.key[:19]})", node=task.node.id, hint="re-run `orchestrate plan`")
