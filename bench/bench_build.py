@@ -49,8 +49,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # `{name: fp16, via: transform, keep_io_types: true}` (default op block list, no calibration).
 CONVERT_FP16 = (
     "import sys; from pathlib import Path; "
-    "from orchestrator.builders import TransformRequest; "
-    "from orchestrator.manifest.model import PrecisionSpec; "
+    "from orchestrator.contracts.builder import TransformRequest; "
+    "from orchestrator.core.model import PrecisionSpec; "
     "from trt_orchestrator_plugins.transforms.float16 import fp16; "
     "fp16.run(TransformRequest(kind='fp16', key='bench', onnx_path=Path(sys.argv[1]), out_path=Path(sys.argv[2]), "
     "precision=PrecisionSpec(name='fp16', via='transform', keep_io_types=True), calibration=None, "
@@ -203,7 +203,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from orchestrator.cli import main  # what the console script imports first
 t1 = time.perf_counter()
-from orchestrator import api
+from orchestrator.app import pipeline as api
 from orchestrator.hardware import detect
 manifest, cache, jobs, only = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 project = api.load_project([manifest], cache_dir=cache)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.plan import plan_against  # noqa: E402
-from orchestrator.registry import IndexEntry  # noqa: E402
-from orchestrator.resolve import resolve  # noqa: E402
+from orchestrator.core.plan import plan_against  # noqa: E402
+from orchestrator.contracts.store import IndexEntry  # noqa: E402
+from orchestrator.core.resolve import resolve  # noqa: E402
 from tests.unit.core_fixtures import (  # noqa: E402
     capabilities,
     inputs_for,

@@ -39,8 +39,8 @@ def child(op: str, args: dict) -> dict:
     """One store operation in this (fresh) process: seconds and peak RSS growth."""
     from registry_server import make_artifact  # noqa: F401  (imports done before the baseline)
 
-    from orchestrator.manifest.model import RegistryConfig
-    from orchestrator.registry import ArtifactFiles
+    from orchestrator.core.model import RegistryConfig
+    from orchestrator.contracts.store import ArtifactFiles
     from trt_orchestrator_plugins.stores.local import LocalStore
     from trt_orchestrator_plugins.stores.oci import OciStore
 

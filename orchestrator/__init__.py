@@ -3,8 +3,8 @@
 The public Python API (imported lazily, so ``import orchestrator`` stays cheap)::
 
     project = orchestrator.load_project(["manifests/demo.yaml"])
-    plan = orchestrator.plan(project)
-    orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.publish(project, plan)
+    plan = orchestrator.core.plan(project)
+    orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.run.publish(project, plan)
     result = orchestrator.pull("ocr-det", registry=RegistryConfig(path="artifacts"), precision="fp16", out="det.plan")
     result.path, result.metadata
 """
@@ -17,7 +17,6 @@ __all__ = [*_API, "__version__"]
 
 def __getattr__(name: str):
     if name in _API:
-        from . import api
-
+        from orchestrator.app import pipeline as api
         return getattr(api, name)
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

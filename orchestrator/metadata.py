@@ -31,10 +31,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from .errors import StoreError
-from .hardware import RunnerFingerprint
-from .manifest.model import Target
-from .registry import IndexEntry
+from orchestrator.errors import StoreError
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Target
+from orchestrator.contracts.store import IndexEntry
 
 SCHEMA_VERSION = 1
 ENGINE_MEDIA_TYPE = "application/vnd.trt-orchestrator.engine.v1"

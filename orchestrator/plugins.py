@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import metadata
 from typing import Any
 
-from .errors import PluginError
+from orchestrator.errors import PluginError
 
 BUILDERS = "trt_orchestrator.builders"
 TRANSFORMS = "trt_orchestrator.transforms"

@@ -163,7 +163,7 @@ def main() -> int:
 
     from orchestrator import plugins
     from orchestrator.hardware import detect
-    from orchestrator.runtimes import RuntimeOptions
+    from orchestrator.contracts.runtime import RuntimeOptions
 
     result["fingerprint"] = detect().to_json()
     result["onnxruntime_module"] = {"version": ort.__version__, "file": ort.__file__,
@@ -205,7 +205,7 @@ def main() -> int:
 
     try:
         from orchestrator.gates.run import run_benchmark
-        from orchestrator.manifest.model import BenchmarkGate
+        from orchestrator.core.model import BenchmarkGate
 
         verdict = run_benchmark(session, {"opt": feeds}, BenchmarkGate(warmup=args.warmup,
                                                                      iterations=args.iterations))

@@ -1,5 +1,5 @@
 """Command-line interface: ``orchestrate``. One place catches the project's errors and maps them to exit codes;
-each command is a few lines that call orchestrator.api and render the result."""
+each command is a few lines that call orchestrator.app.pipeline and render the result."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from ..errors import ManifestError, OrchestratorError
-from .common import console_err, emit_json_error
+from orchestrator.errors import ManifestError, OrchestratorError
+from orchestrator.cli.common import console_err, emit_json_error
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -28,7 +28,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from . import build_cmds, ci_cmds, plan_cmds, registry_cmds, report_cmds
+    from orchestrator.cli import build_cmds, ci_cmds, plan_cmds, registry_cmds, report_cmds
 
     for module in (plan_cmds, build_cmds, registry_cmds, report_cmds, ci_cmds):
         for command in module.COMMANDS:

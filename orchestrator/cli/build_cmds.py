@@ -8,14 +8,14 @@ import time
 
 import click
 
-from .. import api
-from ..errors import GateFailed
-from ..execute import RunSummary
-from ..hardware import detect
-from .common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
+from orchestrator.app import pipeline as api
+from orchestrator.errors import GateFailed
+from orchestrator.run.executor import RunSummary
+from orchestrator.hardware import detect
+from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
     require_manifests
-from .plan_cmds import read_plan_file
-from .progress import ProgressView, render_summary
+from orchestrator.cli.plan_cmds import read_plan_file
+from orchestrator.cli.render.progress import ProgressView, render_summary
 
 _jobs = click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                      help="Parallel workers for CPU-bound nodes [default: number of cores].")
@@ -114,7 +114,7 @@ def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json,
 @click.option("--labels", default="", help="Comma-separated runner labels of this machine (for shard checks).")
 def doctor(as_json, labels):
     """Show this runner's fingerprint and what it can build and run."""
-    from ..doctor import diagnose, render_doctor
+    from orchestrator.app.doctor import diagnose, render_doctor
 
     fingerprint = detect(tuple(x for x in labels.split(",") if x))
     report = diagnose(fingerprint)

@@ -7,8 +7,10 @@ import sys
 
 import click
 
-from .. import api, plugins
-from .common import cache_option, console, manifests_argument
+from orchestrator import plugins
+
+from orchestrator.app import pipeline as api
+from orchestrator.cli.common import cache_option, console, manifests_argument
 
 
 @click.group()

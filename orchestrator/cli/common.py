@@ -9,7 +9,7 @@ from functools import lru_cache
 import click
 from rich.console import Console
 
-from ..errors import ManifestError, OrchestratorError
+from orchestrator.errors import ManifestError, OrchestratorError
 
 _JSON_MODE = {"on": False}
 

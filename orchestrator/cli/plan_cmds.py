@@ -9,10 +9,10 @@ import sys
 import click
 from rich.table import Table
 
-from .. import api
-from ..errors import PlanError
-from ..plan import SYMBOL, Plan, plan_from_json
-from .common import cache_option, console, json_option, manifests_argument, print_json
+from orchestrator.app import pipeline as api
+from orchestrator.errors import PlanError
+from orchestrator.core.plan import SYMBOL, Plan, plan_from_json
+from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
 
 _STYLE = {"build": "green", "rebuild": "yellow", "up-to-date": "dim", "blocked": "red"}
 
@@ -55,7 +55,7 @@ def render_plan_markdown(plan: Plan) -> str:
 @json_option
 def validate(manifests, as_json):
     """Check manifests (schema + semantics + model files); report every problem at once."""
-    from ..manifest import load_manifests
+    from orchestrator.manifest import load_manifests
 
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
@@ -106,7 +106,7 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
 @cache_option
 def graph(manifests, fmt, cache_dir):
     """Print the build graph (prepare, transform, build, gates, publish) as mermaid, dot or json."""
-    from ..render_graph import render
+    from orchestrator.cli.render.graph import render
 
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
@@ -117,7 +117,7 @@ def graph(manifests, fmt, cache_dir):
 @click.command()
 def schema():
     """Print the manifest JSON Schema (draft 2020-12) for editors and CI."""
-    from ..manifest import schema as manifest_schema
+    from orchestrator.manifest import schema as manifest_schema
 
     sys.stdout.write(json.dumps(manifest_schema(), indent=2) + "\n")
 

@@ -8,9 +8,9 @@ import sys
 import click
 from rich.table import Table
 
-from .. import api
-from ..manifest.model import RegistryConfig
-from .common import cache_option, console, console_err, json_option, manifests_argument, print_json
+from orchestrator.app import pipeline as api
+from orchestrator.core.model import RegistryConfig
+from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json
 
 
 def parse_registry(text: str) -> RegistryConfig:
@@ -27,7 +27,7 @@ def registry_from(registry: str | None, manifests: tuple[str, ...]) -> RegistryC
     if registry:
         return parse_registry(registry)
     if manifests:
-        from ..manifest import load_manifests
+        from orchestrator.manifest import load_manifests
 
         return load_manifests(list(manifests))[0].registry
     return parse_registry(os.environ.get("ORCHESTRATE_REGISTRY", "artifacts"))
@@ -49,8 +49,8 @@ registry_option = click.option("--registry", envvar="ORCHESTRATE_REGISTRY", defa
 @cache_option
 def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir):
     """Publish built engines whose gates passed (pending ones only where the manifest allows it)."""
-    from .build_cmds import _finish, _load
-    from .progress import ProgressView
+    from orchestrator.cli.build_cmds import _finish, _load
+    from orchestrator.cli.render.progress import ProgressView
 
     project, the_plan = _load(manifests, plan_file, cache_dir)
     with ProgressView(len(the_plan.entries), "publish", quiet=quiet or as_json) as view:
@@ -96,7 +96,7 @@ def ls_cmd(manifests, registry, model, as_json):
 @json_option
 def show(ref, manifests, registry, as_json):
     """Show one artifact's metadata, by address or engine digest (sha256:…)."""
-    from ..errors import ArtifactNotFoundError
+    from orchestrator.errors import ArtifactNotFoundError
 
     store = api.open_store(registry_from(registry, manifests))
     if ref.startswith("sha256:") or len(ref) == 64:

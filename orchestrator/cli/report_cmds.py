@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import api
-from .common import cache_option, console, json_option, manifests_argument, print_json
+from orchestrator.app import pipeline as api
+from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
 
 
 @click.command()
@@ -17,7 +17,7 @@ from .common import cache_option, console, json_option, manifests_argument, prin
 @cache_option
 def report(manifests, out, title, as_json, cache_dir):
     """Write the matrix report (model × precision rows, target columns) with gates' numbers and plots."""
-    from ..report import render_report, report_json, summary_table
+    from orchestrator.cli.render.report import render_report, report_json, summary_table
 
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")

@@ -5,12 +5,12 @@ Pure core: ``metrics`` (parity numbers), ``tolerances`` (defaults per precision,
 dataset files) and ``run`` (drives injected ``Session`` objects). No runtime is imported here.
 """
 
-from .inputs import InputCase, benchmark_inputs, gate_cases, random_cases, random_shapes
-from .metrics import compare_output, cosine_similarity, relative_l2, topk_agreement, violation_mask
-from .run import run_benchmark, run_parity
-from .stats import LatencyStats, latency_stats, percentile_linear, percentile_trtexec
-from .tolerances import DEFAULT_TOLERANCES, ResolvedTolerance, default_tolerance_table, resolve_tolerance
-from .verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark, WorstElement
+from orchestrator.gates.inputs import InputCase, benchmark_inputs, gate_cases, random_cases, random_shapes
+from orchestrator.gates.metrics import compare_output, cosine_similarity, relative_l2, topk_agreement, violation_mask
+from orchestrator.gates.run import run_benchmark, run_parity
+from orchestrator.gates.stats import LatencyStats, latency_stats, percentile_linear, percentile_trtexec
+from orchestrator.gates.tolerances import DEFAULT_TOLERANCES, ResolvedTolerance, default_tolerance_table, resolve_tolerance
+from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark, WorstElement
 
 __all__ = [
     "InputCase", "benchmark_inputs", "gate_cases", "random_cases", "random_shapes",

@@ -27,8 +27,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from ..errors import GateError
-from ..manifest.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
+from orchestrator.errors import GateError
+from orchestrator.core.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
 
 CaseLabel = Literal["min", "opt", "max", "random"]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")

@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .tolerances import ResolvedTolerance
-from .verdict import OutputVerdict, WorstElement
+from orchestrator.gates.tolerances import ResolvedTolerance
+from orchestrator.gates.verdict import OutputVerdict, WorstElement
 
 WORST_COUNT = 5
 

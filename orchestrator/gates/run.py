@@ -1,6 +1,6 @@
 """The gates' edge: drive injected sessions, hand the arrays and timings to the pure metrics.
 
-Sessions are the ``orchestrator.runtimes.Session`` protocol; the caller loads them (engine: the target's
+Sessions are the ``orchestrator.contracts.runtime.Session`` protocol; the caller loads them (engine: the target's
 runtime plugin; reference: onnxruntime CPU fp32 on the original ONNX) and closes them.
 
 * A reference session that fails to run is a :class:`~orchestrator.errors.GateError` (the gate cannot judge).
@@ -13,14 +13,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import GateError
-from ..manifest.model import BenchmarkGate, Model
-from ..runtimes import Session
-from .inputs import InputCase
-from .metrics import compare_output
-from .stats import latency_stats
-from .tolerances import resolve_tolerance
-from .verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
+from orchestrator.errors import GateError
+from orchestrator.core.model import BenchmarkGate, Model
+from orchestrator.contracts.runtime import Session
+from orchestrator.gates.inputs import InputCase
+from orchestrator.gates.metrics import compare_output
+from orchestrator.gates.stats import latency_stats
+from orchestrator.gates.tolerances import resolve_tolerance
+from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
 
 
 def run_parity(model: Model, engine_session: Session, reference_session: Session, inputs: Sequence[InputCase],

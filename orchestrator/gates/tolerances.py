@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from ..manifest.model import ParityGate, Tolerance
+from orchestrator.core.model import ParityGate, Tolerance
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .stats import LatencyStats
-from .tolerances import ResolvedTolerance
+from orchestrator.gates.stats import LatencyStats
+from orchestrator.gates.tolerances import ResolvedTolerance
 
 Status = Literal["passed", "failed"]
 

@@ -17,17 +17,17 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
-from .checks import CapabilitiesFn
-from .load import load_all
-from .model import Manifest
-from .schema import schema
+from orchestrator.manifest.checks import CapabilitiesFn
+from orchestrator.manifest.load import load_all
+from orchestrator.core.model import Manifest
+from orchestrator.manifest.schema import schema
 
 __all__ = ["load_manifest", "load_manifests", "schema"]
 
 
 def _plugins(capabilities: CapabilitiesFn | None, builder_names: Sequence[str] | None):
     # Imported here: the plugin machinery reads entry points, which the pure parts never need.
-    from .. import plugins
+    from orchestrator import plugins
 
     caps = capabilities if capabilities is not None else plugins.builder_capabilities
     names = tuple(builder_names) if builder_names is not None else tuple(plugins.names(plugins.BUILDERS))

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ..builders import BuilderCapabilities, target_kind
-from ..errors import OrchestratorError
-from .model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target
-from .positions import Finding, Path
-from .schema import did_you_mean
+from orchestrator.contracts.builder import BuilderCapabilities, target_kind
+from orchestrator.errors import OrchestratorError
+from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target
+from orchestrator.manifest.positions import Finding, Path
+from orchestrator.manifest.schema import did_you_mean
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
 # Precisions that are calibrated (explicit Q/DQ via ModelOpt, or the TRT <= 10.x calibrator): both need data.

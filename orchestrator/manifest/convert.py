@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import (BenchmarkGate, BuilderOptions, DataSource, DimConstraint, GateSettings, InputSpec, MatrixRule,
+from orchestrator.core.model import (BenchmarkGate, BuilderOptions, DataSource, DimConstraint, GateSettings, InputSpec, MatrixRule,
                     Model, ParityGate, PrecisionSpec, Preprocess, ProfileShapes, RegistryConfig, RunnerLabels,
                     RunnerPool, SourceModel, Target, Tolerance)
-from .positions import Finding, Path
+from orchestrator.manifest.positions import Finding, Path
 
 _CC = re.compile(r"^[0-9]+\.[0-9]$")
 

@@ -10,12 +10,12 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..errors import ManifestError, Problem
-from .checks import CapabilitiesFn, CheckInput, check
-from .convert import convert
-from .model import Manifest
-from .positions import Finding, Path, SourceMap, parse_yaml, render_path
-from .schema import kind_of, schema_findings
+from orchestrator.errors import ManifestError, Problem
+from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
+from orchestrator.manifest.convert import convert
+from orchestrator.core.model import Manifest
+from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, render_path
+from orchestrator.manifest.schema import kind_of, schema_findings
 
 
 @dataclass(frozen=True)

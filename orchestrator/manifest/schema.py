@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import jsonschema
 from jsonschema.exceptions import ValidationError
 
-from .positions import Finding, Path, SourceMap
+from orchestrator.manifest.positions import Finding, Path, SourceMap
 
 SCHEMA_FILE = "manifest-v1.schema.json"
 _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",

@@ -15,12 +15,12 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.manifest.model import Target
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Target
 
-from ._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
+from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
 
 ENGINE_NAME = "engine.onnx"
 LOG_NAME = "build.log"

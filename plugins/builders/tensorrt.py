@@ -18,14 +18,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from orchestrator import timing_cache
-from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
+from trt_orchestrator_plugins._trt import timing_cache
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.manifest.model import DataSource, Target
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import DataSource, Target
 
-from . import _trt_config
-
+from trt_orchestrator_plugins._trt import config as _trt_config
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
 LAYER_INFO_FILE = "layer_info.json"

@@ -20,12 +20,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
-from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.manifest.model import Target
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Target
 
-from ._onnx_io import read_plan_header
+from trt_orchestrator_plugins._onnx.io import read_plan_header
 
 DISTRIBUTION = "tensorrt-rtx"
 MODULE = "tensorrt_rtx"

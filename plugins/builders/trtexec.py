@@ -19,14 +19,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.builders import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
-from orchestrator.compat import parse_version
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
+from orchestrator.core.compat import parse_version
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.manifest.model import Target
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Target
 
-from . import _trt_config
-
+from trt_orchestrator_plugins._trt import config as _trt_config
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
 LAYER_INFO_FILE = "layer_info.json"
@@ -227,7 +226,7 @@ class TrtexecBuilder:
         out_dir.mkdir(parents=True, exist_ok=True)
         cache_file = None
         if request.options.timing_cache:
-            from orchestrator import timing_cache
+            from trt_orchestrator_plugins._trt import timing_cache
             from trt_orchestrator_plugins.builders.tensorrt import _local_cc
 
             cache_file = timing_cache.cache_path(request.cache_dir, _local_cc(), version)
@@ -268,8 +267,7 @@ class TrtexecBuilder:
 def _maybe_lock(cache_file: Path | None):
     if cache_file is None:
         return contextlib.nullcontext()
-    from orchestrator import timing_cache
-
+    from trt_orchestrator_plugins._trt import timing_cache
     return timing_cache.lock_for(cache_file)
 
 

@@ -22,11 +22,11 @@ from typing import Iterable, Sequence, get_args
 
 import yaml
 
-from orchestrator.builders import BuilderCapabilities, TargetKind
+from orchestrator.contracts.builder import BuilderCapabilities, TargetKind
 from orchestrator.errors import CIError
-from orchestrator.manifest.model import PRECISIONS, Manifest
-from orchestrator.plan import MAX_MATRIX, Plan, plan_against
-from orchestrator.resolve import ResolveInputs, resolve
+from orchestrator.core.model import PRECISIONS, Manifest
+from orchestrator.core.plan import MAX_MATRIX, Plan, plan_against
+from orchestrator.core.resolve import ResolveInputs, resolve
 
 WORKFLOW_PATH = ".github/workflows/engines.yml"
 ACTIONLINT_CONFIG_PATH = ".github/actionlint.yaml"

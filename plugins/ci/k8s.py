@@ -22,7 +22,7 @@ from typing import Sequence
 import yaml
 
 from orchestrator.errors import CIError
-from orchestrator.plan import Plan, Shard
+from orchestrator.core.plan import Plan, Shard
 
 OUTPUT_PATH = "k8s/engines.yaml"
 NODE_LABEL_PREFIX = "trt-orchestrator/label-"

@@ -29,8 +29,8 @@ from typing import Mapping
 import numpy as np
 
 from orchestrator.errors import GateError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.runtimes import RuntimeOptions, Timing
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.contracts.runtime import RuntimeOptions, Timing
 
 NAME = "onnxruntime"
 
@@ -44,8 +44,8 @@ class OnnxRuntimeRuntime:
     name = NAME
 
     def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
-        # one rule book for gates and pull: orchestrator.compat (device, provider, ort version)
-        from orchestrator.compat import check
+        # one rule book for gates and pull: orchestrator.core.compat (device, provider, ort version)
+        from orchestrator.core.compat import check
 
         verdict = check(metadata, fingerprint)
         return None if verdict.ok else verdict.reason

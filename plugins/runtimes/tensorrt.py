@@ -1,7 +1,7 @@
 """The ``tensorrt`` runtime, and the session code it shares with ``tensorrt-rtx``.
 
 Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from metadata first
-(``orchestrator.compat``), then the plan's own header is checked (``orchestrator.engine_header``), and only then
+(``orchestrator.core.compat``), then the plan's own header is checked (``trt_orchestrator_plugins._trt.plan_header``), and only then
 are the bytes deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
 ``get_tensor_name/mode/dtype``, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3(int stream)``;
 device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_memory_size_v2`` +
@@ -17,13 +17,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from orchestrator import compat, engine_header
-from orchestrator.errors import GateError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.runtimes import RuntimeOptions, Timing
+from orchestrator.core import compat
 
-from ..builders._trt_config import memory_api
-from . import _cuda
+from trt_orchestrator_plugins._trt import plan_header as engine_header
+from orchestrator.errors import GateError
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.contracts.runtime import RuntimeOptions, Timing
+
+from trt_orchestrator_plugins._trt.config import memory_api
+from trt_orchestrator_plugins.runtimes import _cuda
 
 
 class _RuntimeLog:

@@ -9,7 +9,7 @@ Everything but three steps is the ``tensorrt`` runtime's code (``TensorRTRuntime
    the JIT (typically under 15 s) is paid once per (compute capability, RTX version);
 3. on close the runtime cache is saved under ``options.cache_dir`` (lock + atomic replace, as timing caches).
 
-``can_run`` uses ``orchestrator.compat``: the engine's CC list must hold this GPU's CC, and RTX runtimes refuse
+``can_run`` uses ``orchestrator.core.compat``: the engine's CC list must hold this GPU's CC, and RTX runtimes refuse
 CC 9.0 (Hopper) outright (measured on an H100, reference §10).
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator import timing_cache
+from trt_orchestrator_plugins._trt import timing_cache
 from orchestrator.errors import GateError
-from orchestrator.runtimes import RuntimeOptions
+from orchestrator.contracts.runtime import RuntimeOptions
 
-from . import _cuda
-from .tensorrt import TensorRTRuntime, _RuntimeLog
+from trt_orchestrator_plugins.runtimes import _cuda
+from trt_orchestrator_plugins.runtimes.tensorrt import TensorRTRuntime, _RuntimeLog
 
 
 def runtime_cache_path(cache_dir: Path, compute_capability: str, rtx_version: str) -> Path:

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
-from orchestrator.manifest.model import RegistryConfig
+from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import index_entry, utc_now, validate_metadata
-from orchestrator.registry import ArtifactFiles, IndexEntry, StoredArtifact
+from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
 
-from ._atomic import atomic_write_json, commit, stage_copy
+from trt_orchestrator_plugins.stores._atomic import atomic_write_json, commit, stage_copy
 
 INDEX_FORMAT = 1
 LOCK_TIMEOUT_S = 300.0

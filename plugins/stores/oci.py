@@ -45,16 +45,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError, StoreUnavailableError
-from orchestrator.manifest.model import RegistryConfig
+from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import (
     METADATA_MEDIA_TYPE,
     ONNX_ENGINE_MEDIA_TYPE,
     utc_now,
     validate_metadata,
 )
-from orchestrator.registry import ArtifactFiles, IndexEntry, StoredArtifact
+from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
 
-from ._atomic import atomic_writer, sha256_file
+from trt_orchestrator_plugins.stores._atomic import atomic_writer, sha256_file
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 LOG_MEDIA_TYPE = "application/vnd.trt-orchestrator.log.v1+text"

@@ -21,11 +21,11 @@ import warnings
 from importlib import metadata
 from typing import Literal
 
-from orchestrator.builders import TransformRequest
+from orchestrator.contracts.builder import TransformRequest
 from orchestrator.errors import BuildError
-from orchestrator.manifest.model import PrecisionSpec
+from orchestrator.core.model import PrecisionSpec
 
-from ..builders._onnx_io import load_model, save_model
+from trt_orchestrator_plugins._onnx.io import load_model, save_model
 
 # onnxconverter-common 1.16's float16.DEFAULT_OP_BLOCK_LIST, copied so that settings() stays pure; the list is
 # always passed explicitly to the converter, so its output depends on this list and the library version only.

@@ -17,12 +17,12 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.builders import TransformRequest
+from orchestrator.contracts.builder import TransformRequest
 from orchestrator.errors import BuildError
-from orchestrator.manifest.model import PrecisionSpec
+from orchestrator.core.model import PrecisionSpec
 
-from ..builders._onnx_io import EXTERNAL_DATA_THRESHOLD, model_bytes
-from ._data import iter_samples
+from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
+from trt_orchestrator_plugins._onnx.data import iter_samples
 
 EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 # Only the weighted ops TensorRT runs in int8 get Q/DQ (what NVIDIA ModelOpt's int8 ONNX path quantizes first).
@@ -48,7 +48,7 @@ def _at_least_opset13(path: Path, tmp: Path, large: bool) -> tuple[Path, int | N
     import onnx
     from onnx import version_converter
 
-    from ..builders._onnx_io import load_model, save_model
+    from trt_orchestrator_plugins._onnx.io import load_model, save_model
 
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

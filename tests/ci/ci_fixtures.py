@@ -19,7 +19,7 @@ import yaml
 
 import orchestrator.manifest  # noqa: F401  (import order: the manifest package before builders)
 from orchestrator.manifest import load_manifests
-from orchestrator.manifest.model import (
+from orchestrator.core.model import (
     GateSettings,
     InputSpec,
     Manifest,

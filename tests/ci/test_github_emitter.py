@@ -27,7 +27,7 @@ from .ci_fixtures import (
 )
 from orchestrator import plugins
 from orchestrator.errors import CIError
-from orchestrator.plan import MAX_MATRIX
+from orchestrator.core.plan import MAX_MATRIX
 from trt_orchestrator_plugins.ci import github
 from trt_orchestrator_plugins.ci.github import ACTIONLINT_CONFIG_PATH, WORKFLOW_PATH, emitter
 

@@ -130,10 +130,10 @@ def make_artifact(directory: Path, *, model: str = "ocr-det", version: str = "4.
     """An engine-like file (deterministic for the same arguments) and its valid metadata -> ArtifactFiles."""
     import random
 
-    from orchestrator.hardware import RunnerFingerprint
-    from orchestrator.manifest.model import Target, target_slug
+    from orchestrator.core.fingerprint import RunnerFingerprint
+    from orchestrator.core.model import Target, target_slug
     from orchestrator.metadata import EngineFile, GateSummary, build_metadata
-    from orchestrator.registry import ArtifactFiles
+    from orchestrator.contracts.store import ArtifactFiles
 
     target = Target(name=f"sm{cc.replace('.', '')}", builder=builder, builder_version=builder_version,
                     compute_capabilities=(cc,) if builder != "onnxruntime" else (),

@@ -28,7 +28,7 @@ def cells_of(worker: int) -> list[int]:
 
 
 def publish(kind: str, target: str, worker: int, workdir: Path) -> None:
-    from orchestrator.manifest.model import RegistryConfig
+    from orchestrator.core.model import RegistryConfig
 
     if kind == "local":
         from trt_orchestrator_plugins.stores.local import LocalStore
@@ -58,7 +58,7 @@ def expected(workdir: Path) -> tuple[set[str], set[str]]:
 
 @pytest.mark.integration
 def test_eight_processes_to_local_store(tmp_path):
-    from orchestrator.manifest.model import RegistryConfig
+    from orchestrator.core.model import RegistryConfig
     from trt_orchestrator_plugins.stores.local import LocalStore
 
     root = tmp_path / "artifacts"
@@ -83,7 +83,7 @@ def test_eight_processes_to_local_store(tmp_path):
 
 @pytest.mark.integration
 def test_eight_processes_to_registry(registry, tmp_path):
-    from orchestrator.manifest.model import RegistryConfig
+    from orchestrator.core.model import RegistryConfig
     from trt_orchestrator_plugins.stores.oci import OciStore
 
     url = f"{registry.host}/conc"

@@ -11,7 +11,7 @@ except ImportError:
     from registry_server import flip_byte, make_artifact  # noqa: F401
 
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
-from orchestrator.manifest.model import RegistryConfig
+from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import InvalidMetadataError
 from trt_orchestrator_plugins.stores.local import LocalStore
 

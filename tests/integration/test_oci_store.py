@@ -12,7 +12,7 @@ except ImportError:
     from registry_server import RegistryServer, flip_byte, free_port, make_artifact, registry, require_binary  # noqa: F401
 
 from orchestrator.errors import IntegrityError, StoreUnavailableError
-from orchestrator.manifest.model import RegistryConfig
+from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import ENGINE_MEDIA_TYPE, METADATA_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE
 from trt_orchestrator_plugins.stores.oci import OciStore
 

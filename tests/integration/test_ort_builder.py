@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.builders import BuildRequest, OptimizationProfile
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
+from orchestrator.core.fingerprint import RunnerFingerprint
 from trt_orchestrator_plugins.builders.onnxruntime import builder
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install 'trt-orchestrator[ort]')")

@@ -16,12 +16,12 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from orchestrator.gates import gate_cases, run_benchmark, run_parity  # noqa: E402
 from orchestrator.gates.inputs import benchmark_inputs  # noqa: E402
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict  # noqa: E402
-from orchestrator.hardware import RunnerFingerprint  # noqa: E402
-from orchestrator.manifest.model import (  # noqa: E402
+from orchestrator.core.fingerprint import RunnerFingerprint  # noqa: E402
+from orchestrator.core.model import (  # noqa: E402
     BenchmarkGate, DataSource, GateSettings, InputSpec, Model, ParityGate, PrecisionSpec, ProfileShapes,
     SourceModel,
 )
-from orchestrator.runtimes import Runtime, RuntimeOptions  # noqa: E402
+from orchestrator.contracts.runtime import Runtime, RuntimeOptions  # noqa: E402
 from trt_orchestrator_plugins.runtimes.onnxruntime import runtime  # noqa: E402
 
 pytestmark = pytest.mark.integration

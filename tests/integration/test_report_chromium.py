@@ -17,7 +17,7 @@ from orchestrator.gates.metrics import compare_output
 from orchestrator.gates.stats import latency_stats
 from orchestrator.gates.tolerances import DEFAULT_TOLERANCES
 from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, ParityVerdict, ShapeBenchmark
-from orchestrator.report import render_report
+from orchestrator.cli.render.report import render_report
 
 pytestmark = pytest.mark.integration
 

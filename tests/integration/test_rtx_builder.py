@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.builders import BuildRequest, OptimizationProfile, TransformRequest
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile, TransformRequest
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
+from orchestrator.core.fingerprint import RunnerFingerprint
 from trt_orchestrator_plugins.builders.tensorrt_rtx import builder
 from trt_orchestrator_plugins.transforms.float16 import fp16
 

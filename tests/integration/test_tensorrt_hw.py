@@ -11,16 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import engine_header, hardware
-from orchestrator.builders import BuildRequest, OptimizationProfile
+from orchestrator import hardware
+from orchestrator.core.fingerprint import RunnerFingerprint
+
+from trt_orchestrator_plugins._trt import plan_header as engine_header
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
 from orchestrator.errors import GateError
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.runtimes import RuntimeOptions
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.contracts.runtime import RuntimeOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
 
-def _fingerprint() -> hardware.RunnerFingerprint:
+def _fingerprint() -> RunnerFingerprint:
     return hardware.detect()
 
 
@@ -43,7 +46,7 @@ def _missing_for_tensorrt() -> list[str]:
     return missing
 
 
-def _need_gpu() -> hardware.RunnerFingerprint:
+def _need_gpu() -> RunnerFingerprint:
     missing = [m for m in _missing_for_tensorrt() if not m.startswith("TensorRT")]
     if missing:
         pytest.skip("needs " + " and ".join(missing))

@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from orchestrator.manifest.model import DataSource, PrecisionSpec, Preprocess, Target
-from orchestrator.builders import BuildRequest, OptimizationProfile, TransformRequest
+from orchestrator.core.model import DataSource, PrecisionSpec, Preprocess, Target
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile, TransformRequest
 from orchestrator.errors import BuildError
-from trt_orchestrator_plugins.transforms import _data
+from trt_orchestrator_plugins._onnx import data as _data
 from trt_orchestrator_plugins.transforms.float16 import bf16, fp16
 from trt_orchestrator_plugins.transforms.int8_qdq import int8_qdq
 

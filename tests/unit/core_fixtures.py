@@ -11,8 +11,8 @@ from dataclasses import replace
 
 # orchestrator.manifest first: its package imports builders, and builders imports manifest.model back
 import orchestrator.manifest  # noqa: F401  (import order, see above)
-from orchestrator.builders import BuilderCapabilities
-from orchestrator.manifest.model import (
+from orchestrator.contracts.builder import BuilderCapabilities
+from orchestrator.core.model import (
     BuilderOptions,
     DataSource,
     GateSettings,
@@ -28,7 +28,7 @@ from orchestrator.manifest.model import (
     SourceModel,
     Target,
 )
-from orchestrator.resolve import ResolveInputs
+from orchestrator.core.resolve import ResolveInputs
 
 MANIFEST_FILE = "/repo/manifests/vision.yaml"
 DIGEST_A = "sha256:" + "a" * 64

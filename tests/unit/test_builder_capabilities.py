@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from orchestrator import plugins
-from orchestrator.manifest.model import Target
-from orchestrator.builders import Builder, Transform
-from orchestrator.hardware import RunnerFingerprint
+from orchestrator.core.model import Target
+from orchestrator.contracts.builder import Builder, Transform
+from orchestrator.core.fingerprint import RunnerFingerprint
 from trt_orchestrator_plugins.builders import onnxruntime as ort_plugin
 from trt_orchestrator_plugins.builders import tensorrt_rtx as rtx_plugin
 
@@ -23,7 +23,7 @@ def test_loading_plugins_capabilities_and_settings_import_no_heavy_library():
         "from orchestrator import plugins\n"
         "for name in ('tensorrt-rtx', 'onnxruntime'):\n"
         "    b = plugins.builder(name); b.capabilities('1.7.1.116')\n"
-        "from orchestrator.manifest.model import PrecisionSpec\n"
+        "from orchestrator.core.model import PrecisionSpec\n"
         "for kind, p in (('fp16', 'fp16'), ('bf16', 'bf16'), ('int8-qdq', 'int8')):\n"
         "    plugins.transform(kind).settings(PrecisionSpec(p))\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"

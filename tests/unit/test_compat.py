@@ -1,11 +1,11 @@
-"""Can artifact X run on runner Y, and why not: the rules of orchestrator.compat, table-driven."""
+"""Can artifact X run on runner Y, and why not: the rules of orchestrator.core.compat, table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.compat import RTX_HOPPER_REASON, check, parse_cc, parse_version, rank_candidates
-from orchestrator.hardware import GpuInfo, RunnerFingerprint
+from orchestrator.core.compat import RTX_HOPPER_REASON, check, parse_cc, parse_version, rank_candidates
+from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
 
 
 def runner(cc=None, trt=None, rtx=None, ort=None, providers=()):

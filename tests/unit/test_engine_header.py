@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from orchestrator.engine_header import HEADER_BYTES, PlanHeader, check_header, read_header
+from trt_orchestrator_plugins._trt.plan_header import HEADER_BYTES, PlanHeader, check_header, read_header
 
 
 def _tiny_onnx() -> bytes:

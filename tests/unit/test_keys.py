@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from orchestrator.keys import build_key, canonical_json, changed_inputs, digest_of
+from orchestrator.core.keys import build_key, canonical_json, changed_inputs, digest_of
 
 
 def test_canonical_json_is_sorted_compact_and_unicode():

@@ -29,8 +29,8 @@ from tests.unit.core_fixtures import (
     shapes,
     target,
 )
-from orchestrator.manifest.model import BuilderOptions
-from orchestrator.resolve import ResolveInputs, resolve
+from orchestrator.core.model import BuilderOptions
+from orchestrator.core.resolve import ResolveInputs, resolve
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROFILE_NAMES = ("small", "large", "batch")

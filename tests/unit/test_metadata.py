@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from orchestrator.errors import StoreError
-from orchestrator.hardware import GpuInfo, RunnerFingerprint
-from orchestrator.manifest.model import BuilderOptions, Target
+from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
+from orchestrator.core.model import BuilderOptions, Target
 from orchestrator.metadata import (
     ENGINE_MEDIA_TYPE,
     ONNX_ENGINE_MEDIA_TYPE,

@@ -6,9 +6,9 @@ import pytest
 
 from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 from orchestrator.errors import CIError, PlanError
-from orchestrator.plan import make_shards, plan_against, plan_from_json
-from orchestrator.registry import IndexEntry
-from orchestrator.resolve import resolve
+from orchestrator.core.plan import make_shards, plan_against, plan_from_json
+from orchestrator.contracts.store import IndexEntry
+from orchestrator.core.resolve import resolve
 
 A = "ocr-det/fp16/default@sm89+trt10.13"
 ENGINE = "sha256:" + "e" * 64

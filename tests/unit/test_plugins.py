@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import plugins
-from orchestrator.builders import BuilderCapabilities
+from orchestrator.contracts.builder import BuilderCapabilities
 from orchestrator.errors import PluginError
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 from orchestrator.errors import UsageError
-from orchestrator.graph import NODE_KINDS, BuildGraph, Node
-from orchestrator.render_graph import mermaid_label, nodes_from_json, render
-from orchestrator.resolve import resolve, topological_order
+from orchestrator.core.graph import NODE_KINDS, BuildGraph, Node
+from orchestrator.cli.render.graph import mermaid_label, nodes_from_json, render
+from orchestrator.core.resolve import resolve, topological_order
 
 
 def _graph() -> BuildGraph:

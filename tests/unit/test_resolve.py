@@ -22,8 +22,8 @@ from tests.unit.core_fixtures import (
     target,
 )
 from orchestrator.errors import ManifestError
-from orchestrator.manifest.model import MatrixRule, RunnerPool
-from orchestrator.resolve import ResolveInputs, resolve, topological_order
+from orchestrator.core.model import MatrixRule, RunnerPool
+from orchestrator.core.resolve import ResolveInputs, resolve, topological_order
 
 
 def _resolve(*manifests, **kw):
@@ -317,7 +317,7 @@ def _graphlib_order(nodes):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 29), max_size=4), min_size=1, max_size=30), st.booleans())
 def test_topological_order_equals_the_sorted_graphlib_layers(deps, dangling):
-    from orchestrator.graph import Node
+    from orchestrator.core.graph import Node
 
     # node i may depend only on nodes < i (a DAG); with `dangling`, also on ids that are not nodes
     nodes = {f"n{i:02d}": Node(f"n{i:02d}", "build", tuple(f"n{d:02d}" for d in ds if d < i)
@@ -329,14 +329,14 @@ def test_topological_order_equals_the_sorted_graphlib_layers(deps, dangling):
 def test_topological_order_refuses_a_cycle():
     from graphlib import CycleError
 
-    from orchestrator.graph import Node
+    from orchestrator.core.graph import Node
 
     with pytest.raises(CycleError):
         topological_order({"a": Node("a", "build", ("b",), "k"), "b": Node("b", "build", ("a",), "k")})
 
 
 def test_every_build_key_is_the_key_of_its_key_inputs():
-    from orchestrator.keys import build_key
+    from orchestrator.core.keys import build_key
 
     m = manifest([model("b", precs=("fp16", "int8", "fp8"), calibration="/c"), model("a", precs=("fp32", "bf16"))],
                  [target(), rtx_target(), ort_target(), target("h", version="11.1.0.8", ccs=("9.0",))], salt="é")

@@ -8,12 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import timing_cache
+from trt_orchestrator_plugins._trt import timing_cache
 from orchestrator.errors import BuildError
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
-from trt_orchestrator_plugins.builders import _trt_config as cfg
-
-
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from trt_orchestrator_plugins._trt import config as cfg
 def target(version="10.13.3.9", ccs=("8.9",), hw="none", builder="tensorrt", **options) -> Target:
     return Target(name="t", builder=builder, builder_version=version, compute_capabilities=ccs,
                   hardware_compatibility=hw, options=BuilderOptions(**options))
@@ -234,7 +232,7 @@ def test_apply_int8_needs_a_calibrator():
 
 # --- build runner checks ----------------------------------------------------------------------------------------
 def fp(cc="8.9"):
-    from orchestrator.hardware import GpuInfo, RunnerFingerprint
+    from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
 
     gpus = (GpuInfo(0, "gpu", cc, 1),) if cc else ()
     return RunnerFingerprint(os="linux", arch="x86_64", gpus=gpus)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.builders import BuildRequest, OptimizationProfile
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
 from orchestrator.errors import BuildError
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from trt_orchestrator_plugins.builders.trtexec import parse_trtexec_output, trtexec_command, banner_version
 
 OUT = Path("/o")
@@ -157,7 +157,7 @@ def test_failed_trtexec_raises_with_the_last_40_log_lines(tmp_path: Path, monkey
 
 
 def test_available_says_why_trtexec_is_missing(monkeypatch, tmp_path: Path):
-    from orchestrator.hardware import RunnerFingerprint
+    from orchestrator.core.fingerprint import RunnerFingerprint
     from trt_orchestrator_plugins.builders.trtexec import builder
 
     monkeypatch.setenv("TRTEXEC", str(tmp_path / "nope"))

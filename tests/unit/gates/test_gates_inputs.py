@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from orchestrator.errors import GateError
 from orchestrator.gates.inputs import allowed_range, gate_cases, load_dataset, preprocess_image, random_shapes
-from orchestrator.manifest.model import (
+from orchestrator.core.model import (
     DataSource, DimConstraint, GateSettings, InputSpec, Model, Preprocess, ProfileShapes, SourceModel,
 )
 

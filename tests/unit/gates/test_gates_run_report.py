@@ -11,11 +11,11 @@ from rich.console import Console
 from orchestrator.errors import GateError
 from orchestrator.gates import gate_cases, run_benchmark, run_parity
 from orchestrator.gates.verdict import ParityVerdict
-from orchestrator.manifest.model import (
+from orchestrator.core.model import (
     BenchmarkGate, DataSource, GateSettings, InputSpec, Model, ParityGate, SourceModel, Tolerance,
 )
-from orchestrator.report import report_json, summary_table
-from orchestrator.runtimes import Timing
+from orchestrator.cli.render.report import report_json, summary_table
+from orchestrator.contracts.runtime import Timing
 
 
 class Affine:

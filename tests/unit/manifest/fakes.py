@@ -3,7 +3,7 @@ so the checks are tested without any plugin installed."""
 
 from __future__ import annotations
 
-from orchestrator.builders import BuilderCapabilities
+from orchestrator.contracts.builder import BuilderCapabilities
 
 BUILDER_NAMES = ("onnxruntime", "tensorrt", "tensorrt-rtx", "trtexec")
 _QDQ = frozenset({"fp16", "bf16", "int8", "fp8"})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.manifest.checks import CheckInput, check
-from orchestrator.manifest.model import (GateSettings, InputSpec, MatrixRule, Model, PrecisionSpec, ProfileShapes,
+from orchestrator.core.model import (GateSettings, InputSpec, MatrixRule, Model, PrecisionSpec, ProfileShapes,
                                          SourceModel, Target)
 
 from . import fakes

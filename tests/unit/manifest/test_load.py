@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import load_manifest, load_manifests, schema
-from orchestrator.manifest.model import MatrixRule, PrecisionSpec, ProfileShapes, RegistryConfig, RunnerPool
+from orchestrator.core.model import MatrixRule, PrecisionSpec, ProfileShapes, RegistryConfig, RunnerPool
 
 from . import fakes
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..execute import NodeReport, RunSummary
-from ..graph import Node
-from .common import console_err
+from orchestrator.run.executor import NodeReport, RunSummary
+from orchestrator.core.graph import Node
+from orchestrator.cli.common import console_err
 
 _MARK = {"done": "[green]✓[/]", "cached": "[dim]=[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]",
          "pending": "[cyan]…[/]", "interrupted": "[red]![/]"}

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import plugins
-from .builders import BuildRequest, TransformRequest
-from .digests import hash_file
-from .errors import BuildError
-from .execute import StepOutcome, StepTask
-from .graph import Cell
-from .hardware import RunnerFingerprint
-from .manifest.model import Model, RegistryConfig
+from orchestrator import plugins
+from orchestrator.contracts.builder import BuildRequest, TransformRequest
+from orchestrator.digests import hash_file
+from orchestrator.errors import BuildError
+from orchestrator.run.executor import StepOutcome, StepTask
+from orchestrator.core.graph import Cell
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Model, RegistryConfig
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def step_prepare(task: StepTask) -> StepOutcome:
     if not Path(path).exists():
         raise BuildError(f"model file {path} is missing", node=task.node.id,
                          hint="fetch the models first (scripts/fetch_models.py for the demo)")
-    from .digests import DigestCache
+    from orchestrator.digests import DigestCache
 
     # the plan's stat-keyed digest cache: an unchanged model is not read again, a changed one is re-hashed
     digest = DigestCache.open(payload.caches.parent / "digests.json").model_digest(path)

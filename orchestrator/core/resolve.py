@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 from graphlib import TopologicalSorter
 from typing import Callable, Iterable, Mapping
 
-from .builders import BuilderCapabilities, OptimizationProfile
-from .errors import ManifestError, Problem
-from .graph import BuildGraph, Cell, Node
-from .keys import KEY_SCHEMA_VERSION, canonical_json, digest_of
-from .manifest.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
+from orchestrator.contracts.builder import BuilderCapabilities, OptimizationProfile
+from orchestrator.errors import ManifestError, Problem
+from orchestrator.core.graph import BuildGraph, Cell, Node
+from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of
+from orchestrator.core.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
 

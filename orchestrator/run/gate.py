@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import plugins
-from .execute import StepOutcome, StepTask
-from .manifest.model import Model
-from .runtimes import RuntimeOptions
-from .steps import CellPayload
+from orchestrator import plugins
+from orchestrator.run.executor import StepOutcome, StepTask
+from orchestrator.core.model import Model
+from orchestrator.contracts.runtime import RuntimeOptions
+from orchestrator.run.steps import CellPayload
 
 # The reference is always the original model on onnxruntime's CPU execution provider in fp32.
 REFERENCE_METADATA = {"builder": {"name": "onnxruntime", "version": ""},
@@ -36,7 +36,7 @@ def engine_metadata(task: StepTask) -> tuple[Path, dict]:
 
 
 def _runtime_for(builder: str):
-    from .api import runtime_name
+    from orchestrator.app.pipeline import runtime_name
 
     return plugins.runtime(runtime_name(builder))
 
@@ -51,8 +51,8 @@ def _device(meta: dict) -> str:
 
 
 def step_parity(task: StepTask) -> StepOutcome:
-    from .gates.inputs import gate_cases
-    from .gates.run import run_parity
+    from orchestrator.gates.inputs import gate_cases
+    from orchestrator.gates.run import run_parity
 
     payload: CellPayload = task.payload
     model: Model = payload.model
@@ -81,8 +81,8 @@ def step_parity(task: StepTask) -> StepOutcome:
 
 
 def step_benchmark(task: StepTask) -> StepOutcome:
-    from .gates.inputs import benchmark_inputs
-    from .gates.run import run_benchmark
+    from orchestrator.gates.inputs import benchmark_inputs
+    from orchestrator.gates.run import run_benchmark
 
     payload: CellPayload = task.payload
     model: Model = payload.model

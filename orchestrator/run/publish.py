@@ -9,10 +9,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .execute import StepOutcome, StepTask
-from .gate_steps import read_gate_report
-from .metadata import EngineFile, GateSummary, build_metadata, utc_now
-from .steps import CellPayload
+from orchestrator.run.executor import StepOutcome, StepTask
+from orchestrator.run.gate import read_gate_report
+from orchestrator.metadata import EngineFile, GateSummary, build_metadata, utc_now
+from orchestrator.run.steps import CellPayload
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ def gate_status(parity: dict | None, benchmark: dict | None, enabled: tuple[bool
 
 
 def step_publish(task: StepTask) -> StepOutcome:
-    from .api import open_store
-    from .registry import ArtifactFiles
+    from orchestrator.app.pipeline import open_store
+    from orchestrator.contracts.store import ArtifactFiles
 
     payload: CellPayload = task.payload
     options: PublishOptions = payload.extra[0]
@@ -87,6 +87,6 @@ def step_publish(task: StepTask) -> StepOutcome:
 
 
 def _runner(build: dict):
-    from .hardware import RunnerFingerprint
+    from orchestrator.core.fingerprint import RunnerFingerprint
 
     return RunnerFingerprint.from_json(build["runner"])

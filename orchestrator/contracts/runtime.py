@@ -13,7 +13,7 @@ from typing import Literal, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from .hardware import RunnerFingerprint
+from orchestrator.core.fingerprint import RunnerFingerprint
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from orchestrator.errors import BuildError
-from orchestrator.manifest.model import DataSource, Preprocess
+from orchestrator.core.model import DataSource, Preprocess
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from .compat import parse_version
+from orchestrator.core.compat import parse_version
 
 HEADER_BYTES = 64  # what to read from the file; RTX reports Runtime.engine_header_size == 64
 MAGIC_TENSORRT = b"ftrt"

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.builders import BuilderCapabilities
-from orchestrator.compat import parse_cc, parse_version
+from orchestrator.contracts.builder import BuilderCapabilities
+from orchestrator.core.compat import parse_cc, parse_version
 from orchestrator.errors import BuildError
-from orchestrator.hardware import RunnerFingerprint
-from orchestrator.manifest.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal, Mapping
 
-from .errors import OrchestratorError
-from .graph import Node
+from orchestrator.errors import OrchestratorError
+from orchestrator.core.graph import Node
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
 _DIR_OF_KIND = {"prepare": "prepare", "transform": "transform", "build": "build",

@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .builders import OptimizationProfile
-from .manifest.model import PrecisionSpec, Target
+from orchestrator.core.model import PrecisionSpec, Target
+
+@dataclass(frozen=True)
+class OptimizationProfile:
+    """One TensorRT optimization profile: input name -> (min, opt, max)."""
+
+    name: str
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
 
 NodeKind = Literal["prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish"]
 NODE_KINDS: tuple[str, ...] = ("prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish")

@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from .errors import CIError, PlanError
-from .graph import BuildGraph, Cell
-from .keys import changed_inputs
-from .registry import IndexEntry
+from orchestrator.errors import CIError, PlanError
+from orchestrator.core.graph import BuildGraph, Cell
+from orchestrator.core.keys import changed_inputs
+from orchestrator.contracts.store import IndexEntry
 
 PLAN_FORMAT_VERSION = 1
 Status = Literal["build", "rebuild", "up-to-date", "blocked"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from . import plugins
-from .errors import PluginError
-from .hardware import RunnerFingerprint
-from .manifest.model import BuilderOptions, RunnerLabels, Target
+from orchestrator import plugins
+from orchestrator.errors import PluginError
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import BuilderOptions, RunnerLabels, Target
 
 # Which installed version each builder would use, read from the fingerprint.
 _VERSION_OF = {"tensorrt-rtx": "tensorrt_rtx", "tensorrt": "tensorrt", "trtexec": "tensorrt",

@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .hardware import RunnerFingerprint
+from orchestrator.core.fingerprint import RunnerFingerprint
 
 TENSORRT_BUILDERS = ("tensorrt", "trtexec")
 RTX_SUPPORTED_CCS = ("8.0", "8.6", "8.9", "12.0", "12.1")

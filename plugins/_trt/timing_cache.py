@@ -19,7 +19,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from .atomic import write_bytes_atomic
+from orchestrator.atomic import write_bytes_atomic
 
 LOCK_TIMEOUT_S = 300.0
 

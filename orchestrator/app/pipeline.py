@@ -13,18 +13,19 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from . import plugins
-from .atomic import write_json_atomic  # noqa: F401 - the CLI writes plans and run summaries with it
-from .digests import DigestCache
-from .errors import PlanError, PluginError, UsageError
-from .execute import Executor, RunSummary, StepOutcome, Workspace
-from .graph import BuildGraph, Cell, Node
-from .hardware import RunnerFingerprint, detect
-from .manifest import load_manifests
-from .manifest.model import Manifest, Model, RegistryConfig
-from .plan import Plan, plan_against
-from .registry import EmptyIndex, IndexReader
-from .resolve import ResolveInputs, resolve
+from orchestrator import plugins
+from orchestrator.atomic import write_json_atomic  # noqa: F401 - the CLI writes plans and run summaries with it
+from orchestrator.digests import DigestCache
+from orchestrator.errors import PlanError, PluginError, UsageError
+from orchestrator.run.executor import Executor, RunSummary, StepOutcome, Workspace
+from orchestrator.core.graph import BuildGraph, Cell, Node
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.hardware import detect
+from orchestrator.manifest import load_manifests
+from orchestrator.core.model import Manifest, Model, RegistryConfig
+from orchestrator.core.plan import Plan, plan_against
+from orchestrator.contracts.store import EmptyIndex, IndexReader
+from orchestrator.core.resolve import ResolveInputs, resolve
 
 # Versions of the code that performs transforms (our plugins, the libraries they call) change their output, so
 # they are part of transform keys.
@@ -167,7 +168,7 @@ def _closure(graph: BuildGraph, roots: Iterable[str]) -> set[str]:
 
 
 def _payload_factory(project: Project, fingerprint: RunnerFingerprint):
-    from .steps import CellPayload
+    from orchestrator.run.steps import CellPayload
 
     models = project.models
 
@@ -205,7 +206,7 @@ def _needs_gpu(project: Project) -> Callable[[Node], bool]:
 def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
           jobs: int | None = None, keep_going: bool = False, fingerprint: RunnerFingerprint | None = None,
           on_event=None, in_process: bool = False) -> RunSummary:
-    from .steps import step_build, step_prepare, step_transform
+    from orchestrator.run.steps import step_build, step_prepare, step_transform
 
     fingerprint = fingerprint or detect()
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
@@ -232,7 +233,7 @@ def verify_shard_runner(project: Project, the_plan: Plan, shard_id: str, fingerp
                         role: str = "build") -> None:
     """A shard's runner checks itself before doing anything: a wrong GPU or TensorRT fails the job clearly
     instead of building (or gating) a wrong engine."""
-    from .errors import RunnerMismatchError
+    from orchestrator.errors import RunnerMismatchError
 
     shard = the_plan.shard(shard_id)
     problems = []
@@ -307,7 +308,7 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
     ``pending`` (e.g. RTX AOT engines on a machine without an RTX/Ampere+ GPU), never run wrong."""
     from dataclasses import replace
 
-    from .gate_steps import step_benchmark, step_parity
+    from orchestrator.run.gate import step_benchmark, step_parity
 
     fingerprint = fingerprint or detect()
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
@@ -337,8 +338,8 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
 
 def gate_reports(project: Project, cell: Cell) -> tuple[dict | None, dict | None]:
     """The parity and benchmark reports on disk for a cell (None where not gated here)."""
-    from .execute import read_result
-    from .gate_steps import read_gate_report
+    from orchestrator.run.executor import read_result
+    from orchestrator.run.gate import read_gate_report
 
     out = []
     for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
@@ -353,7 +354,7 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
     """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish)."""
     from dataclasses import replace
 
-    from .publish import PublishOptions, step_publish
+    from orchestrator.run.publish import PublishOptions, step_publish
 
     fingerprint = detect()
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
@@ -398,8 +399,8 @@ def _published_gates(project: Project, cell: Cell, index: dict) -> tuple[dict | 
 
 
 def report_cells(project: Project) -> list[dict]:
-    """One dict per matrix cell for ``orchestrator.report``: gate status and verdicts found on this machine."""
-    from .execute import read_result
+    """One dict per matrix cell for ``orchestrator.cli.render.report``: gate status and verdicts found on this machine."""
+    from orchestrator.run.executor import read_result
 
     fingerprint = detect()
     published_index = registry_index(project.registry).latest_by_address()
@@ -438,4 +439,4 @@ def report_cells(project: Project) -> list[dict]:
     return cells
 
 
-from .deploy import PullResult, pull  # noqa: E402,F401 - re-exported: the deployment half of the public API
+from orchestrator.app.deploy import PullResult, pull  # noqa: E402,F401 - re-exported: the deployment half of the public API

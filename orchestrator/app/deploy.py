@@ -7,9 +7,10 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import UsageError
-from .hardware import RunnerFingerprint, detect
-from .manifest.model import RegistryConfig
+from orchestrator.errors import UsageError
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.hardware import detect
+from orchestrator.core.model import RegistryConfig
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,14 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     """Pick the published engine of ``model`` that can run here (or on ``gpu``/``runtime`` as declared), verify
     its digest and header, and write it to ``out``. Decided before any deserialization; when nothing fits,
     ``NoCompatibleEngineError`` lists every candidate with the reason it was rejected."""
-    from .compat import check
-    from .engine_header import check_header, read_header_file
-    from .errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError
+    from orchestrator.core.compat import check
+    from trt_orchestrator_plugins._trt.plan_header import check_header, read_header_file
+    from orchestrator.errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError
 
     fp = fingerprint or detect()
     if gpu != "auto":
         fp = RunnerFingerprint.parse_gpu_spec(gpu, fp)
-    from .api import open_store
+    from orchestrator.app.pipeline import open_store
 
     store = open_store(registry)
     if version in (None, "latest"):

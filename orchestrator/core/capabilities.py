@@ -1,0 +1,42 @@
+"""What a builder version can do (pure data the resolver, the manifest checks and `doctor` read)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orchestrator.core.model import Target
+
+TargetKind = Literal["compute_capability", "compute_capability_list", "hardware_compatible", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class BuilderCapabilities:
+    """What one builder version can do. ``native``: precisions set by a builder flag/calibrator.
+    ``via_transform``: precisions it builds from a converted/Q-DQ ONNX (strongly typed)."""
+
+    native: frozenset[str]
+    via_transform: frozenset[str]
+    target_kinds: frozenset[str]
+    needs_gpu: bool
+    # Human sentence on where its engines run, shown by `doctor` and in errors.
+    runs_on: str
+    # Why a native precision is missing on this version, for the error hint (precision -> sentence).
+    native_missing_reason: dict[str, str] = field(default_factory=dict)
+    supports_calibrator: bool = False  # int8 entropy calibrator (TRT <= 10.x, deprecated 10.1)
+    engine_suffix: str = ".plan"
+
+    def can(self, precision: str) -> bool:
+        return precision == "fp32" or precision in self.native or precision in self.via_transform
+
+
+def target_kind(target: Target) -> str:
+    if target.device in ("cpu", "cuda") and not target.compute_capabilities:
+        return target.device
+    if target.hardware_compatibility != "none" and not target.compute_capabilities:
+        return "hardware_compatible"
+    if len(target.compute_capabilities) > 1:
+        return "compute_capability_list"
+    if target.hardware_compatibility != "none":
+        return "hardware_compatible"
+    return "compute_capability"
