@@ -1,22 +1,39 @@
 """trt-orchestrator: YAML manifests in, gated and fingerprinted TensorRT engines out.
 
-The public Python API (imported lazily, so ``import orchestrator`` stays cheap)::
+The public Python API (the ``orchestrator.app`` verbs, resolved on first use so ``import orchestrator`` stays
+cheap)::
 
     project = orchestrator.load_project(["manifests/demo.yaml"])
-    plan = orchestrator.core.plan(project)
-    orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.run.publish(project, plan)
+    plan = orchestrator.plan(project)
+    orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.publish(project, plan)
     result = orchestrator.pull("ocr-det", registry=RegistryConfig(path="artifacts"), precision="fp16", out="det.plan")
     result.path, result.metadata
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-_API = ("load_project", "plan", "build", "gate", "publish", "pull", "report_cells", "PullResult", "Project")
+# public name -> the app module that defines it
+_API = {
+    "load_project": "orchestrator.app.project",
+    "Project": "orchestrator.app.project",
+    "plan": "orchestrator.app.pipeline",
+    "build": "orchestrator.app.pipeline",
+    "gate": "orchestrator.app.pipeline",
+    "publish": "orchestrator.app.pipeline",
+    "pull": "orchestrator.app.deploy",
+    "PullResult": "orchestrator.app.deploy",
+    "report_cells": "orchestrator.app.matrix",
+    "diagnose": "orchestrator.app.doctor",
+}
 __all__ = [*_API, "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _API:
-        from orchestrator.app import pipeline as api
-        return getattr(api, name)
+        return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

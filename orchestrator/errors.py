@@ -1,7 +1,9 @@
-"""The project's exceptions and their exit codes.
+"""The project's exceptions and the exit codes they carry.
 
 Every error a user can cause or meet derives from :class:`OrchestratorError`; the CLI catches that root in one
-place and exits with the class's ``exit_code``. Anything else escaping is a bug and keeps its traceback.
+place (``orchestrator.cli.main``) and exits with the class's ``exit_code``. Anything else escaping is a bug and
+keeps its traceback. Outcomes that are not errors (a gate ran and failed, a plan has changes) are ``ExitCode``
+values the commands return.
 
 Tree::
 
@@ -13,8 +15,8 @@ Tree::
     ├── RunnerMismatchError            exit 1   this runner's fingerprint cannot do the shard's work
     ├── BuildError                     exit 1   a builder or transform failed on one node
     ├── GateError                      exit 1   a gate could not run (not: a gate that ran and failed)
-    ├── GateFailed                     exit 3   a gate ran and the engine failed it
     ├── StoreError                     exit 1   a registry/store operation failed
+    │   ├── InvalidMetadataError       exit 1   artifact metadata does not match the artifact-v1 schema
     │   ├── IntegrityError             exit 1   stored bytes do not match their digest
     │   ├── StoreUnavailableError      exit 1   the registry cannot be reached
     │   └── ArtifactNotFoundError      exit 1   no artifact by that address/digest
@@ -24,13 +26,26 @@ Tree::
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import Any
+
+
+class ExitCode(enum.IntEnum):
+    """Every exit status ``orchestrate`` uses."""
+
+    OK = 0
+    ERROR = 1  # manifest, build, registry, runner mismatch, ...
+    USAGE = 2  # a usage error; also "changes to build" for `plan --detailed-exitcode`
+    CHANGES = 2
+    GATE_FAILED = 3  # a gate ran and the engine failed it
+    INTERRUPTED = 130
 
 
 class OrchestratorError(Exception):
     """Root of every error meant for the user. ``hint`` says how to fix it."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.ERROR
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -64,7 +79,7 @@ class Problem:
             text += f"\n  hint: {self.hint}"
         return text
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "file": self.file,
             "line": self.line,
@@ -91,7 +106,7 @@ class ManifestError(OrchestratorError):
 
 
 class UsageError(OrchestratorError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class PluginError(OrchestratorError):
@@ -126,12 +141,21 @@ class GateError(OrchestratorError):
     pass
 
 
-class GateFailed(OrchestratorError):
-    exit_code = 3
-
-
 class StoreError(OrchestratorError):
     pass
+
+
+class InvalidMetadataError(StoreError):
+    """Artifact metadata does not match the artifact-v1 schema. ``problems``: (json path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]], *, subject: str = "artifact metadata") -> None:
+        self.problems = problems
+        lines = [f"{subject} is invalid ({len(problems)} problem{'s' if len(problems) != 1 else ''}):"]
+        lines += [f"  {path}: {msg}" for path, msg in problems]
+        super().__init__("\n".join(lines),
+                         hint="build metadata with orchestrator.metadata.new_metadata(); "
+                              "schema: orchestrator/schemas/artifact-v1.schema.json")
+
 
 
 class IntegrityError(StoreError):

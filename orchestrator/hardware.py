@@ -1,16 +1,17 @@
 """Detect this runner's fingerprint: what the machine is (GPU, compute capability, driver, runtimes, OS/arch).
 
-``RunnerFingerprint`` is plain data (pure core uses it); ``detect()`` is the edge that reads NVML (via
-nvidia-ml-py, when a driver is present) and the installed runtimes' versions without importing them where a
-version can be read from package metadata. "No GPU" is a valid fingerprint.
+``RunnerFingerprint`` is plain data (``orchestrator.core.fingerprint``); ``detect()`` is the edge that reads NVML
+(via nvidia-ml-py, when a driver is present) and asks each runtime plugin's ``probe()`` what of it is installed
+(plugins read package metadata where they can, so nothing heavy is imported). "No GPU" is a valid fingerprint.
 """
 
 from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import Callable, Mapping
 
-from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
+from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
 
 
 def _os_name() -> str:
@@ -55,37 +56,16 @@ def _nvml_gpus() -> tuple[tuple[GpuInfo, ...], str | None, str | None]:
         pynvml.nvmlShutdown()
 
 
-def _ort_info() -> tuple[str | None, tuple[str, ...]]:
-    """Version and execution providers of the onnxruntime that ``import onnxruntime`` gives.
-
-    The CPU package's providers are known without importing it (the import costs 0.2-0.5 s on every
-    `orchestrate build`). With the GPU package installed the module itself is asked: with both packages present
-    the metadata names the wrong one (seen on the lent H200: metadata 1.30.0 CPU, module 1.31.1 GPU)."""
-    cpu, gpu = _dist_version("onnxruntime"), _dist_version("onnxruntime-gpu")
-    if cpu is None and gpu is None:
-        return None, ()
-    if gpu is None:
-        return cpu, ("CPUExecutionProvider",)
-    try:
-        import onnxruntime
-
-        return onnxruntime.__version__, tuple(onnxruntime.get_available_providers())
-    except Exception:  # a broken install must not stop `doctor`: report the metadata version, no providers
-        return gpu, ()
+RuntimeProbe = Callable[[], "InstalledRuntime | None"]
 
 
-def detect(labels: tuple[str, ...] = ()) -> RunnerFingerprint:
+def detect(labels: tuple[str, ...] = (), probes: Mapping[str, RuntimeProbe] | None = None) -> RunnerFingerprint:
+    """NVML for the GPUs; each runtime plugin's ``probe()`` (passed in by name) for what of it is installed."""
     gpus, driver, cuda = _nvml_gpus()
-    ort_version, ort_providers = _ort_info()
-    return RunnerFingerprint(
-        os=_os_name(),
-        arch=platform.machine(),
-        gpus=gpus,
-        driver_version=driver,
-        cuda_driver_version=cuda,
-        tensorrt=_dist_version("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-libs"),
-        tensorrt_rtx=_dist_version("tensorrt-rtx", "tensorrt_rtx"),
-        onnxruntime=ort_version,
-        onnxruntime_providers=ort_providers,
-        labels=labels,
-    )
+    runtimes = {}
+    for name, probe in sorted((probes or {}).items()):
+        installed = probe()
+        if installed is not None:
+            runtimes[name] = installed
+    return RunnerFingerprint(os=_os_name(), arch=platform.machine(), gpus=gpus, driver_version=driver,
+                             cuda_driver_version=cuda, runtimes=runtimes, labels=labels)

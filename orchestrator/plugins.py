@@ -1,8 +1,11 @@
-"""Entry-point discovery and load-time validation of plugins.
+"""Entry-point discovery, load-time validation, and the few lookups that go from a name to a plugin.
 
 First-party plugins register exactly like third-party ones (see pyproject.toml). A plugin that fails to import
 or lacks what its group requires is reported with its name, group and the problem, never as a traceback.
 Heavy libraries are imported by the plugin's own methods, so loading a plugin is cheap.
+
+Two defaults are named here, and only here: the store a manifest gets when it names none, and the runtime that
+computes the parity reference (the original ONNX on onnxruntime's CPU execution provider in fp32, DESIGN "Gates").
 """
 
 from __future__ import annotations
@@ -12,7 +15,16 @@ from functools import lru_cache
 from importlib import metadata
 from typing import Any
 
+from orchestrator.contracts.builder import Builder, Transform
+from orchestrator.contracts.ci import CIEmitter
+from orchestrator.contracts.runtime import Runtime
+from orchestrator.contracts.store import IndexReader, Store
+from orchestrator.core.artifact import EngineDescriptor, EngineTarget
+from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import PluginError
+from orchestrator.hardware import detect
 
 BUILDERS = "trt_orchestrator.builders"
 TRANSFORMS = "trt_orchestrator.transforms"
@@ -20,13 +32,18 @@ RUNTIMES = "trt_orchestrator.runtimes"
 STORES = "trt_orchestrator.stores"
 CI = "trt_orchestrator.ci"
 
+DEFAULT_STORE = "local"
+REFERENCE_RUNTIME = "onnxruntime"
+
 # What each group's objects must have: attribute -> "callable" | "attr"
 _REQUIRED: dict[str, dict[str, str]] = {
-    BUILDERS: {"name": "attr", "capabilities": "callable", "available": "callable", "build": "callable"},
-    TRANSFORMS: {"kind": "attr", "settings": "callable", "run": "callable"},
-    RUNTIMES: {"name": "attr", "can_run": "callable", "load": "callable"},
+    BUILDERS: {"name": "attr", "runtime": "attr", "slug": "attr", "capabilities": "callable",
+               "available": "callable", "build": "callable", "probe_target": "callable"},
+    TRANSFORMS: {"kind": "attr", "tools": "attr", "settings": "callable", "run": "callable"},
+    RUNTIMES: {"name": "attr", "slug": "attr", "probe": "callable", "can_run": "callable",
+               "verify_engine": "callable", "load": "callable"},
     STORES: {},  # a factory: checked as callable below
-    CI: {"name": "attr", "render": "callable"},
+    CI: {"name": "attr", "max_shards": "attr", "render": "callable"},
 }
 
 
@@ -70,24 +87,93 @@ def load(group: str, name: str) -> Any:
     return obj
 
 
-def builder(name: str):
-    return load(BUILDERS, name)
+def builder(name: str) -> Builder:
+    plugin: Builder = load(BUILDERS, name)
+    return plugin
 
 
-def transform(kind: str):
-    return load(TRANSFORMS, kind)
+def transform(kind: str) -> Transform:
+    plugin: Transform = load(TRANSFORMS, kind)
+    return plugin
 
 
-def runtime(name: str):
-    return load(RUNTIMES, name)
+def runtime(name: str) -> Runtime:
+    plugin: Runtime = load(RUNTIMES, name)
+    return plugin
 
 
-def store_factory(name: str):
-    return load(STORES, name)
+def ci_emitter(name: str) -> CIEmitter:
+    plugin: CIEmitter = load(CI, name)
+    return plugin
 
 
-def builder_capabilities(name: str, version: str):
+def transform_tools() -> tuple[str, ...]:
+    """Every distribution an installed transform says changes its output (a transform that fails to load is
+    reported when it runs)."""
+    tools: set[str] = set()
+    for kind in names(TRANSFORMS):
+        try:
+            tools.update(transform(kind).tools)
+        except PluginError:
+            continue
+    return tuple(sorted(tools))
+
+
+def builder_capabilities(name: str, version: str) -> BuilderCapabilities | None:
     """Capabilities of a builder version, or None when the plugin is not installed (the check reports it)."""
     if name not in _entry_points(BUILDERS):
         return None
     return builder(name).capabilities(version)
+
+
+def builder_slug(name: str) -> str:
+    """A builder's part of a cell address; its name when the plugin is not installed (the check reports it)."""
+    if name not in _entry_points(BUILDERS):
+        return name
+    try:
+        return str(builder(name).slug)
+    except PluginError:
+        return name
+
+
+def runtime_name_of(builder_name: str) -> str:
+    """The runtime that runs a builder's engines, as the builder declares it."""
+    return builder(builder_name).runtime
+
+
+def runtime_for(engine: EngineDescriptor) -> Runtime:
+    return runtime(engine.runtime)
+
+
+def reference_engine(address: str) -> EngineDescriptor:
+    """The descriptor the parity reference is loaded with: the original ONNX, CPU, fp32."""
+    return EngineDescriptor(address=f"{address} (reference)", precision="fp32", builder=REFERENCE_RUNTIME,
+                            builder_version="", runtime=REFERENCE_RUNTIME,
+                            target=EngineTarget(name="reference", device="cpu"))
+
+
+def open_store(config: RegistryConfig) -> Store:
+    factory = load(STORES, config.store or DEFAULT_STORE)
+    store: Store = factory(config)
+    return store
+
+
+def registry_index(config: RegistryConfig) -> IndexReader:
+    return open_store(config).index()
+
+
+def runtime_probes() -> dict[str, Any]:
+    """Each installed runtime plugin's ``probe`` by name (a plugin that fails to load is left out: ``doctor``
+    reports it)."""
+    probes = {}
+    for name in names(RUNTIMES):
+        try:
+            probes[name] = runtime(name).probe
+        except PluginError:
+            continue
+    return probes
+
+
+def fingerprint(labels: tuple[str, ...] = ()) -> RunnerFingerprint:
+    """This runner's fingerprint: NVML, and what every installed runtime plugin finds of itself."""
+    return detect(labels, runtime_probes())

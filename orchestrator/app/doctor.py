@@ -1,91 +1,61 @@
-"""`orchestrate doctor`: this runner's fingerprint and, per plugin, what it can build and run here."""
+"""`orchestrate doctor`'s data: this runner's fingerprint and, per installed plugin, what it can build and run
+here. Every builder and runtime answers for itself (``probe_target``, ``available``, ``can_run``)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from typing import Any
 
 from orchestrator import plugins
-from orchestrator.errors import PluginError
+from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.fingerprint import RunnerFingerprint
-from orchestrator.core.model import BuilderOptions, RunnerLabels, Target
-
-# Which installed version each builder would use, read from the fingerprint.
-_VERSION_OF = {"tensorrt-rtx": "tensorrt_rtx", "tensorrt": "tensorrt", "trtexec": "tensorrt",
-               "onnxruntime": "onnxruntime"}
+from orchestrator.errors import PluginError
 
 
-def _probe_target(name: str, fp: RunnerFingerprint) -> Target | None:
-    version = getattr(fp, _VERSION_OF.get(name, ""), None)
-    if not version:
-        return None
-    if name == "onnxruntime":
-        device = "cuda" if "CUDAExecutionProvider" in fp.onnxruntime_providers else "cpu"
-        return Target(name="probe", builder=name, builder_version=version, device=device)
-    ccs = (fp.compute_capability,) if fp.compute_capability else ("8.6",)
-    return Target(name="probe", builder=name, builder_version=version, compute_capabilities=ccs,
-                  runners=RunnerLabels((), ()), options=BuilderOptions())
-
-
-def diagnose(fp: RunnerFingerprint) -> dict:
-    builders = []
+def diagnose(fp: RunnerFingerprint) -> dict[str, Any]:
+    builders: list[dict[str, Any]] = []
+    runnable: dict[str, EngineDescriptor] = {}  # runtime name -> an engine its builder would make here
     for name in plugins.names(plugins.BUILDERS):
-        entry = {"name": name, "installed_version": getattr(fp, _VERSION_OF.get(name, ""), None)}
+        entry: dict[str, Any] = {"name": name, "installed_version": None}
         try:
             plugin = plugins.builder(name)
+            target = plugin.probe_target(fp)
         except PluginError as e:
             builders.append({**entry, "can_build": False, "reason": str(e)})
             continue
-        target = _probe_target(name, fp)
         if target is None:
-            builders.append({**entry, "can_build": False, "reason": f"{name} is not installed"})
+            builders.append({**entry, "can_build": False,
+                             "reason": f"{name} is not installed (its runtime {plugin.runtime!r} was not found)"})
             continue
         caps = plugin.capabilities(target.builder_version)
         reason = plugin.available(fp, target)
-        builders.append({**entry, "can_build": reason is None, "reason": reason,
-                         "probe_target": target.slug, "precisions_native": sorted(caps.native),
+        builders.append({**entry, "installed_version": target.builder_version, "can_build": reason is None,
+                         "reason": reason, "probe_target": target.slug, "runtime": plugin.runtime,
+                         "precisions_native": sorted(caps.native),
                          "precisions_via_transform": sorted(caps.via_transform),
                          "target_kinds": sorted(caps.target_kinds), "needs_gpu": caps.needs_gpu,
                          "engines_run_on": caps.runs_on})
-    runtimes = []
+        runnable.setdefault(plugin.runtime, EngineDescriptor(
+            address=f"probe@{target.slug}", precision="fp32", builder=name, builder_version=target.builder_version,
+            runtime=plugin.runtime, target=EngineTarget.of(target)))
+    runtimes: list[dict[str, Any]] = []
     for name in plugins.names(plugins.RUNTIMES):
         try:
-            plugin = plugins.runtime(name)
+            runtime = plugins.runtime(name)
         except PluginError as e:
             runtimes.append({"name": name, "can_run": False, "reason": str(e)})
             continue
-        target = _probe_target(name, fp)
-        if target is None:
-            runtimes.append({"name": name, "can_run": False, "reason": f"{name} is not installed"})
+        installed = fp.runtime_version(name)
+        engine = runnable.get(name)
+        if installed is None:
+            runtimes.append({"name": name, "installed_version": None, "can_run": False,
+                             "reason": f"{name} is not installed"})
             continue
-        meta = {"builder": {"name": name, "version": target.builder_version},
-                "target": {"compute_capabilities": list(target.compute_capabilities), "device": target.device,
-                           "hardware_compatibility": "none", "version_compatible": False}}
-        reason = plugin.can_run(meta, fp)
-        runtimes.append({"name": name, "can_run": reason is None, "reason": reason, "probe_target": target.slug})
+        if engine is None:
+            runtimes.append({"name": name, "installed_version": installed, "can_run": False,
+                             "reason": f"no installed builder makes engines for {name}"})
+            continue
+        compat = runtime.can_run(engine, fp)
+        runtimes.append({"name": name, "installed_version": installed, "can_run": compat.ok,
+                         "reason": None if compat.ok else compat.reason,
+                         "probe_target": engine.address.split("@", 1)[1]})
     return {"fingerprint": fp.to_json(), "builders": builders, "runtimes": runtimes}
-
-
-def render_doctor(report: dict, console: Console) -> None:
-    fp = report["fingerprint"]
-    console.print(f"[bold]runner[/] {fp['os']}/{fp['arch']}  driver {fp['driver_version'] or '-'}  "
-                  f"CUDA (driver) {fp['cuda_driver_version'] or '-'}")
-    if fp["gpus"]:
-        for g in fp["gpus"]:
-            console.print(f"  GPU {g['index']}: {g['name']}  CC {g['compute_capability']}  {g['memory_mib']} MiB")
-    else:
-        console.print("  no NVIDIA GPU (NVML found no driver)")
-    console.print(f"  tensorrt {fp['tensorrt'] or '-'}  tensorrt-rtx {fp['tensorrt_rtx'] or '-'}  "
-                  f"onnxruntime {fp['onnxruntime'] or '-'} {list(fp['onnxruntime_providers']) or ''}")
-    table = Table("builder", "version", "build here?", "precisions (native / via transform)", "engines run on",
-                  box=None, header_style="bold")
-    for b in report["builders"]:
-        ok = "[green]yes[/]" if b["can_build"] else f"[red]no[/] — {b['reason']}"
-        prec = (f"{', '.join(b.get('precisions_native', [])) or '-'} / "
-                f"{', '.join(b.get('precisions_via_transform', [])) or '-'}") if "precisions_native" in b else ""
-        table.add_row(b["name"], b["installed_version"] or "-", ok, prec, b.get("engines_run_on", ""))
-    console.print(table)
-    table = Table("runtime", "run here?", box=None, header_style="bold")
-    for r in report["runtimes"]:
-        table.add_row(r["name"], "[green]yes[/]" if r["can_run"] else f"[red]no[/] — {r['reason']}")
-    console.print(table)

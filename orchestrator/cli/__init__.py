@@ -1,17 +1,54 @@
-"""Command-line interface: ``orchestrate``. One place catches the project's errors and maps them to exit codes;
-each command is a few lines that call orchestrator.app.pipeline and render the result."""
+"""Command-line interface: ``orchestrate``. One place (``main``) catches the project's errors and maps them to
+exit codes; each command is a few lines that call an ``orchestrator.app`` verb and render the result.
+
+Commands load lazily: ``orchestrate plan`` imports the plan command's module (and what it needs), not the
+report renderer or the registry client. That is click's documented lazy-group pattern: the command table
+below names each command's module, imported when the command runs or its help is shown.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from orchestrator.errors import ManifestError, OrchestratorError
 from orchestrator.cli.common import console_err, emit_json_error
+from orchestrator.errors import ExitCode, ManifestError, OrchestratorError
+
+# command -> "module:attribute"
+COMMANDS = {
+    "validate": "orchestrator.cli.plan_cmds:validate",
+    "plan": "orchestrator.cli.plan_cmds:plan",
+    "graph": "orchestrator.cli.plan_cmds:graph",
+    "schema": "orchestrator.cli.plan_cmds:schema",
+    "build": "orchestrator.cli.build_cmds:build",
+    "gate": "orchestrator.cli.build_cmds:gate",
+    "doctor": "orchestrator.cli.build_cmds:doctor",
+    "publish": "orchestrator.cli.registry_cmds:publish",
+    "ls": "orchestrator.cli.registry_cmds:ls_cmd",
+    "show": "orchestrator.cli.registry_cmds:show",
+    "pull": "orchestrator.cli.registry_cmds:pull",
+    "retention": "orchestrator.cli.registry_cmds:retention",
+    "report": "orchestrator.cli.report_cmds:report",
+    "ci": "orchestrator.cli.ci_cmds:ci",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="trt-orchestrator", prog_name="orchestrate")
 def cli() -> None:
     """Turn YAML manifests into gated, fingerprinted TensorRT engines.
@@ -27,29 +64,21 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from orchestrator.cli import build_cmds, ci_cmds, plan_cmds, registry_cmds, report_cmds
-
-    for module in (plan_cmds, build_cmds, registry_cmds, report_cmds, ci_cmds):
-        for command in module.COMMANDS:
-            cli.add_command(command)
-
-
-_register()
-
-
 def main(argv: list[str] | None = None) -> None:
+    """The one catch site: a command returns an ``ExitCode`` (or None for OK); our errors carry theirs."""
     try:
-        cli.main(args=argv, prog_name="orchestrate", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="orchestrate", standalone_mode=False)
     except click.exceptions.Abort:
         console_err().print("aborted")
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.exceptions.Exit as e:  # --help / --version
+        sys.exit(e.exit_code)
     except click.ClickException as e:  # usage errors: exit 2 with click's own message
         e.show()
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         console_err().print("interrupted")
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except ManifestError as e:
         if not emit_json_error(e):
             for problem in e.problems:
@@ -60,4 +89,4 @@ def main(argv: list[str] | None = None) -> None:
         if not emit_json_error(e):
             console_err().print(f"error: {e}", markup=False, highlight=False)
         sys.exit(e.exit_code)
-    sys.exit(0)
+    sys.exit(int(code) if isinstance(code, int) else ExitCode.OK)

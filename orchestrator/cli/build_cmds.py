@@ -3,53 +3,60 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import click
+from rich.markup import escape
 
-from orchestrator.app import pipeline as api
-from orchestrator.errors import GateFailed
-from orchestrator.run.executor import RunSummary
-from orchestrator.hardware import detect
+from orchestrator import plugins
+from orchestrator.app import pipeline
+from orchestrator.app.doctor import diagnose
+from orchestrator.app.project import Project, load_project
+from orchestrator.atomic import write_json_atomic
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
     require_manifests
 from orchestrator.cli.plan_cmds import read_plan_file
+from orchestrator.cli.render.doctor import render_doctor
 from orchestrator.cli.render.progress import ProgressView, render_summary
+from orchestrator.core.plan import Plan
+from orchestrator.errors import ExitCode
+from orchestrator.run.executor import RunSummary
 
 _jobs = click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                      help="Parallel workers for CPU-bound nodes [default: number of cores].")
 
 
-def _load(manifests, plan_file, cache_dir):
+def load(manifests: tuple[str, ...], plan_file: str | None, cache_dir: str | None) -> tuple[Project, Plan]:
     paths = require_manifests(manifests, plan_file)
-    project = api.load_project(paths, cache_dir=cache_dir)
+    project = load_project(paths, cache_dir=cache_dir)
     if plan_file:
         saved = read_plan_file(plan_file)
-        api.check_plan_current(project, saved)
+        pipeline.check_plan_current(project, saved)
         return project, saved
-    return project, api.plan(project)
+    return project, pipeline.plan(project)
 
 
-def _finish(summary: RunSummary, verb: str, as_json: bool, project, failed_gates: int = 0) -> None:
+def finish(summary: RunSummary, verb: str, as_json: bool, project: Project, failed_gates: int = 0) -> ExitCode:
+    """Record the run, render it, and say how the command exits."""
     record = project.workspace.root / "runs" / f"{verb}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
-    api.write_json_atomic(record, summary.to_json())
+    write_json_atomic(record, summary.to_json())
     if as_json:
         print_json({**summary.to_json(), "summary_file": str(record)})
     else:
         for r in summary.reports:
             if r.status == "failed":
-                console_err().print(f"[red]failed[/] {r.node}: {r.reason}", highlight=False)
+                console_err().print(f"[red]failed[/] {escape(r.node)}: {escape(r.reason)}", highlight=False)
                 if r.log:
-                    console_err().print(f"  log: {r.log}", highlight=False)
+                    console_err().print(f"  log: {escape(r.log)}", highlight=False)
         line = render_summary(summary, verb)
-        console().print(line + (f"; {failed_gates} gate(s) FAILED" if failed_gates else ""))
+        console().print(escape(line) + (f"; {failed_gates} gate(s) FAILED" if failed_gates else ""))
     if summary.interrupted:
-        sys.exit(130)
+        return ExitCode.INTERRUPTED
     if not summary.ok:
-        sys.exit(1)
+        return ExitCode.ERROR
     if failed_gates:
-        sys.exit(GateFailed.exit_code)  # a gate ran and the engine failed it
+        return ExitCode.GATE_FAILED  # a gate ran and the engine failed it
+    return ExitCode.OK
 
 
 @click.command()
@@ -65,16 +72,15 @@ def _finish(summary: RunSummary, verb: str, as_json: bool, project, failed_gates
 @cache_option
 def build(manifests, plan_file, shard, only, jobs, keep_going, quiet, as_json, cache_dir):
     """Build the engines the plan calls for (resumable: finished nodes are never redone)."""
-    project, the_plan = _load(manifests, plan_file, cache_dir)
-    fingerprint = detect()
-    if shard:
-        api.verify_shard_runner(project, the_plan, shard, fingerprint, role="build")
-    cells = api.cells_in_scope(project, the_plan, shard=shard, only=only)
-    total = len(api._closure(project.graph, [f"build:{c.address}" for c in cells]))
+    project, the_plan = load(manifests, plan_file, cache_dir)
+    total = len(pipeline.build_scope(project, the_plan, shard=shard, only=only))
+    fingerprint = plugins.fingerprint() if (total or shard) else None
+    if shard and fingerprint is not None:
+        pipeline.verify_shard_runner(project, the_plan, shard, fingerprint, role="build")
     with ProgressView(total, "build", quiet=quiet or as_json) as view:
-        summary = api.build(project, the_plan, shard=shard, only=only, jobs=jobs, keep_going=keep_going,
-                            fingerprint=fingerprint, on_event=view.event)
-    _finish(summary, "build", as_json, project)
+        summary = pipeline.build(project, the_plan, shard=shard, only=only, jobs=jobs, keep_going=keep_going,
+                                 fingerprint=fingerprint, on_event=view.event)
+    return finish(summary, "build", as_json, project)
 
 
 @click.command()
@@ -94,19 +100,21 @@ def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json,
     """Run parity and benchmark gates on built engines; engines this runner cannot run stay pending.
 
     Exit code 3 when a gate ran and the engine failed it."""
-    project, the_plan = _load(manifests, plan_file, cache_dir)
-    fingerprint = detect()
-    if shard and verify_runner:
-        api.verify_shard_runner(project, the_plan, shard, fingerprint, role="gate")
-    cells = api.cells_in_scope(project, the_plan, shard=shard, only=only)
+    project, the_plan = load(manifests, plan_file, cache_dir)
+    cells = pipeline.cells_in_scope(project, the_plan, shard=shard, only=only)
+    fingerprint = plugins.fingerprint() if (cells or (shard and verify_runner)) else None
+    if shard and verify_runner and fingerprint is not None:
+        pipeline.verify_shard_runner(project, the_plan, shard, fingerprint, role="gate")
     with ProgressView(2 * len(cells), "gate", quiet=quiet or as_json) as view:
-        summary = api.gate(project, the_plan, shard=shard, only=only, jobs=jobs, fingerprint=fingerprint,
-                           on_event=view.event)
-    failed = [r for r in summary.reports if r.status in ("done", "cached") and r.data.get("status") == "failed"]
+        summary = pipeline.gate(project, the_plan, shard=shard, only=only, jobs=jobs, fingerprint=fingerprint,
+                                on_event=view.event)
+    failed = pipeline.failed_gates(summary)
     if failed and not as_json:
-        for r in failed:
-            console_err().print(f"[red]gate failed[/] {r.node}: verdict in {r.dir}", highlight=False)
-    _finish(summary, "gate", as_json, project, failed_gates=len(failed))
+        by_node = {r.node: r for r in summary.reports}
+        for node in failed:
+            console_err().print(f"[red]gate failed[/] {escape(node)}: verdict in {escape(str(by_node[node].dir))}",
+                                highlight=False)
+    return finish(summary, "gate", as_json, project, failed_gates=len(failed))
 
 
 @click.command()
@@ -114,9 +122,7 @@ def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json,
 @click.option("--labels", default="", help="Comma-separated runner labels of this machine (for shard checks).")
 def doctor(as_json, labels):
     """Show this runner's fingerprint and what it can build and run."""
-    from orchestrator.app.doctor import diagnose, render_doctor
-
-    fingerprint = detect(tuple(x for x in labels.split(",") if x))
+    fingerprint = plugins.fingerprint(tuple(x for x in labels.split(",") if x))
     report = diagnose(fingerprint)
     if as_json:
         print_json(report)
@@ -124,4 +130,3 @@ def doctor(as_json, labels):
         render_doctor(report, console())
 
 
-COMMANDS = [build, gate, doctor]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
+from rich.markup import escape
 
-from orchestrator import plugins
-
-from orchestrator.app import pipeline as api
+from orchestrator.app import ci as ci_verbs
+from orchestrator.app.project import load_project
 from orchestrator.cli.common import cache_option, console, manifests_argument
+
+WORKFLOW_PATH = ".github/workflows/engines.yml"
 
 
 @click.group()
@@ -18,23 +19,14 @@ def ci() -> None:
     """Generate CI that fans the plan's shards out to runners."""
 
 
-def _write(files: dict[str, str], root: str, out: str | None, default_key: str) -> None:
-    for rel, text in sorted(files.items()):
-        dest = out if (out and rel == default_key) else os.path.join(root, rel)
-        if dest == "-":
-            sys.stdout.write(text)
-            continue
-        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-        tmp = f"{dest}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, dest)
-        console().print(f"wrote {os.path.relpath(dest)}")
+def _report(written: list[str]) -> None:
+    for dest in written:
+        console().print(f"wrote {escape(os.path.relpath(dest))}")
 
 
 @ci.command()
 @manifests_argument
-@click.option("-o", "--out", default=None, help="Workflow path [default: .github/workflows/engines.yml].")
+@click.option("-o", "--out", default=None, help=f"Workflow path [default: {WORKFLOW_PATH}].")
 @click.option("--tool-spec", default="trt-orchestrator", show_default=True,
               help="What the jobs `pip install` (a version pin, a git URL, or `.` for this repository).")
 @click.option("--python", "python_version", default="3.11", show_default=True)
@@ -43,10 +35,9 @@ def github(manifests, out, tool_spec, python_version, repo_root):
     """Write a GitHub Actions workflow (and .github/actionlint.yaml with the runner labels)."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
-    emitter = plugins.load(plugins.CI, "github")
-    module = sys.modules[type(emitter).__module__]
-    files = module.generate_files(list(manifests), repo_root, tool_spec=tool_spec, python=python_version)
-    _write(files, repo_root, out, module.WORKFLOW_PATH)
+    files = ci_verbs.workflow_files("github", list(manifests), repo_root, tool_spec=tool_spec,
+                                    python=python_version)
+    _report(ci_verbs.write_files(files, repo_root, out, WORKFLOW_PATH))
 
 
 @ci.command()
@@ -59,12 +50,6 @@ def k8s(manifests, out, image, namespace, cache_dir):
     """Write the plan's shards as Kubernetes Indexed Jobs (one per runner label set) plus a ConfigMap."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
-    project = api.load_project(manifests, cache_dir=cache_dir)
-    the_plan = api.plan(project)
-    emitter = plugins.load(plugins.CI, "k8s-indexed-job")
-    files = emitter.render(the_plan, [api.display_path(m.file) for m in project.manifests], image=image,
-                           namespace=namespace, output_path=out)
-    _write(files, ".", None, out)
-
-
-COMMANDS = [ci]
+    project = load_project(manifests, cache_dir=cache_dir)
+    files = ci_verbs.plan_files("k8s-indexed-job", project, image=image, namespace=namespace, output_path=out)
+    _report(ci_verbs.write_files(files, ".", None, out))

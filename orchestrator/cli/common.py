@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from functools import lru_cache
+from typing import Any
 
 import click
 from rich.console import Console
@@ -42,7 +43,7 @@ def emit_json_error(error: OrchestratorError) -> bool:
     """In --json mode errors are JSON on stdout too, so scripts can parse every outcome."""
     if not _JSON_MODE["on"]:
         return False
-    body = {"error": {"type": type(error).__name__, "message": error.message, "hint": error.hint,
+    body: dict[str, dict[str, Any]] = {"error": {"type": type(error).__name__, "message": error.message, "hint": error.hint,
                       "exit_code": error.exit_code}}
     if isinstance(error, ManifestError):
         body["error"]["problems"] = [p.to_json() for p in error.problems]

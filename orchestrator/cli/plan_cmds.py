@@ -9,10 +9,16 @@ import sys
 import click
 from rich.table import Table
 
-from orchestrator.app import pipeline as api
-from orchestrator.errors import PlanError
-from orchestrator.core.plan import SYMBOL, Plan, plan_from_json
+from rich.markup import escape
+
+from orchestrator.app import pipeline
+from orchestrator.app.project import load_manifests, load_project
+from orchestrator.atomic import write_json_atomic
 from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
+from orchestrator.cli.render.graph import render
+from orchestrator.core.plan import SYMBOL, Plan, plan_from_json
+from orchestrator.errors import ExitCode, PlanError
+from orchestrator.manifest import schema as manifest_schema
 
 _STYLE = {"build": "green", "rebuild": "yellow", "up-to-date": "dim", "blocked": "red"}
 
@@ -38,7 +44,8 @@ def render_plan_table(plan: Plan) -> Table:
     table.add_column("why", overflow="fold")
     for e in plan.entries:
         why = e.reason if e.status != "rebuild" else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else "")
-        table.add_row(SYMBOL[e.status], e.address, f"[{_STYLE[e.status]}]{e.status}[/]", e.build_key[:12], why)
+        table.add_row(SYMBOL[e.status], escape(e.address), f"[{_STYLE[e.status]}]{e.status}[/]", e.build_key[:12],
+                      escape(why))
     return table
 
 
@@ -55,8 +62,6 @@ def render_plan_markdown(plan: Plan) -> str:
 @json_option
 def validate(manifests, as_json):
     """Check manifests (schema + semantics + model files); report every problem at once."""
-    from orchestrator.manifest import load_manifests
-
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
     loaded = load_manifests(list(manifests))
@@ -65,7 +70,7 @@ def validate(manifests, as_json):
                     "models": sum(len(m.models) for m in loaded), "targets": sum(len(m.targets) for m in loaded)})
     else:
         for m in loaded:
-            console().print(f"[green]ok[/] {os.path.relpath(m.file)}: {len(m.models)} models, "
+            console().print(f"[green]ok[/] {escape(os.path.relpath(m.file))}: {len(m.models)} models, "
                             f"{len(m.targets)} targets")
 
 
@@ -82,11 +87,10 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
     """Show what would be built, what is up to date, and why the rest must be rebuilt."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
-    project = api.load_project(manifests, cache_dir=cache_dir)
-    index = api.registry_index(project.registry)
-    the_plan = api.plan_against_index(project, index, max_cells_per_shard=max_cells_per_shard)
+    project = load_project(manifests, cache_dir=cache_dir)
+    the_plan = pipeline.plan(project, max_cells_per_shard=max_cells_per_shard)
     if out:
-        api.write_json_atomic(out, the_plan.to_json())
+        write_json_atomic(out, the_plan.to_json())
     if as_json:
         print_json(the_plan.to_json())
     elif markdown:
@@ -95,9 +99,10 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
         console().print(render_plan_table(the_plan))
         console().print(f"\n[bold]{the_plan.summary()}[/]")
         if out:
-            console().print(f"saved to {out} ({len(the_plan.shards)} shard(s))")
+            console().print(f"saved to {escape(out)} ({len(the_plan.shards)} shard(s))")
     if detailed_exitcode and the_plan.has_changes:
-        sys.exit(2)
+        return ExitCode.CHANGES
+    return ExitCode.OK
 
 
 @click.command()
@@ -106,20 +111,15 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
 @cache_option
 def graph(manifests, fmt, cache_dir):
     """Print the build graph (prepare, transform, build, gates, publish) as mermaid, dot or json."""
-    from orchestrator.cli.render.graph import render
-
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
-    project = api.load_project(manifests, cache_dir=cache_dir)
+    project = load_project(manifests, cache_dir=cache_dir)
     sys.stdout.write(render(project.graph, fmt).rstrip("\n") + "\n")
 
 
 @click.command()
 def schema():
     """Print the manifest JSON Schema (draft 2020-12) for editors and CI."""
-    from orchestrator.manifest import schema as manifest_schema
-
     sys.stdout.write(json.dumps(manifest_schema(), indent=2) + "\n")
 
 
-COMMANDS = [validate, plan, graph, schema]

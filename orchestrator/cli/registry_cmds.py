@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.app import pipeline as api
-from orchestrator.core.model import RegistryConfig
+from orchestrator.app import deploy, pipeline, registry as registry_verbs
+from orchestrator.app.project import registry_of
+from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json
+from orchestrator.cli.render.progress import ProgressView
+from orchestrator.core.model import RegistryConfig
 
 
 def parse_registry(text: str) -> RegistryConfig:
@@ -27,9 +30,7 @@ def registry_from(registry: str | None, manifests: tuple[str, ...]) -> RegistryC
     if registry:
         return parse_registry(registry)
     if manifests:
-        from orchestrator.manifest import load_manifests
-
-        return load_manifests(list(manifests))[0].registry
+        return registry_of(list(manifests))
     return parse_registry(os.environ.get("ORCHESTRATE_REGISTRY", "artifacts"))
 
 
@@ -49,13 +50,10 @@ registry_option = click.option("--registry", envvar="ORCHESTRATE_REGISTRY", defa
 @cache_option
 def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir):
     """Publish built engines whose gates passed (pending ones only where the manifest allows it)."""
-    from orchestrator.cli.build_cmds import _finish, _load
-    from orchestrator.cli.render.progress import ProgressView
-
-    project, the_plan = _load(manifests, plan_file, cache_dir)
+    project, the_plan = load(manifests, plan_file, cache_dir)
     with ProgressView(len(the_plan.entries), "publish", quiet=quiet or as_json) as view:
-        summary = api.publish(project, the_plan, shard=shard, only=only, force=force, on_event=view.event)
-    _finish(summary, "publish", as_json, project)
+        summary = pipeline.publish(project, the_plan, shard=shard, only=only, force=force, on_event=view.event)
+    return finish(summary, "publish", as_json, project)
 
 
 def _row(meta: dict) -> list[str]:
@@ -72,8 +70,8 @@ def _row(meta: dict) -> list[str]:
 @json_option
 def ls_cmd(manifests, registry, model, as_json):
     """List published artifacts."""
-    store = api.open_store(registry_from(registry, manifests))
-    metas = [a.metadata for a in (store.find(model=model) if model else store.list())]
+    found = registry_verbs.list_artifacts(registry_from(registry, manifests), model=model)
+    metas = [a.metadata for a in (found if model else reversed(found))]  # the whole registry: oldest first
     if as_json:
         print_json({"artifacts": [{"address": m["address"], "version": m["model"]["version"],
                                    "digest": m["engine"]["digest"], "size": m["engine"]["size"],
@@ -84,7 +82,7 @@ def ls_cmd(manifests, registry, model, as_json):
     table = Table("address", "version", "builder", "gates", "size", "digest", "published", box=None,
                   header_style="bold")
     for m in metas:
-        table.add_row(*_row(m))
+        table.add_row(*(escape(cell) for cell in _row(m)))
     console().print(table)
     console().print(f"{len(metas)} artifact(s)")
 
@@ -96,17 +94,7 @@ def ls_cmd(manifests, registry, model, as_json):
 @json_option
 def show(ref, manifests, registry, as_json):
     """Show one artifact's metadata, by address or engine digest (sha256:…)."""
-    from orchestrator.errors import ArtifactNotFoundError
-
-    store = api.open_store(registry_from(registry, manifests))
-    if ref.startswith("sha256:") or len(ref) == 64:
-        digest = ref if ref.startswith("sha256:") else f"sha256:{ref}"
-        hits = [a for a in store.list() if a.digest == digest]
-    else:
-        hits = store.find(address=ref)
-    if not hits:
-        raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry", hint="see `orchestrate ls`")
-    meta = hits[0].metadata
+    meta = registry_verbs.show(registry_from(registry, manifests), ref).metadata
     if as_json:
         print_json(meta)
         return
@@ -117,7 +105,7 @@ def show(ref, manifests, registry, as_json):
                          ("gates", meta.get("gates", {}).get("status")), ("runner", meta["runner"].get("gpus") or
                                                                            "no GPU"),
                          ("manifest", meta["manifest"]), ("published", meta.get("published_at"))):
-        console().print(f"[bold]{label:>10}[/]  {value}", highlight=False)
+        console().print(f"[bold]{label:>10}[/]  {escape(str(value))}", highlight=False)
 
 
 @click.command()
@@ -136,19 +124,20 @@ def show(ref, manifests, registry, as_json):
 def pull(model, version, precision, profile, gpu, runtime, out, registry, manifest, as_json):
     """Pick the published engine that can run on this GPU and runtime, verify it, and write it out."""
     config = registry_from(registry, (manifest,) if manifest else ())
-    result = api.pull(model, registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
-                      runtime=runtime, out=out)
+    result = deploy.pull(model, registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
+                         runtime=runtime, out=out)
     meta = result.metadata
     if as_json:
         print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
                     "digest": meta["engine"]["digest"], "reason": result.reason, "metadata": meta,
                     "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
         return
-    console().print(f"[green]chose[/] {meta['address']} {meta['engine']['digest'][:19]} — {result.reason}")
+    console().print(f"[green]chose[/] {escape(meta['address'])} {meta['engine']['digest'][:19]} — "
+                    f"{escape(result.reason)}")
     if result.path:
-        console().print(f"wrote {result.path} ({meta['engine']['size']} bytes, sha256 verified)")
+        console().print(f"wrote {escape(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)")
     for who, why in result.rejections:
-        console_err().print(f"  [dim]not {who}: {why}[/]", highlight=False)
+        console_err().print(f"  [dim]not {escape(who)}: {escape(why)}[/]", highlight=False)
 
 
 @click.command()
@@ -160,33 +149,19 @@ def pull(model, version, precision, profile, gpu, runtime, out, registry, manife
 @json_option
 def retention(manifests, registry, keep_versions, yes, as_json):
     """Delete old model versions from the registry (the only way artifacts are ever deleted)."""
-    store = api.open_store(registry_from(registry, manifests))
-    by_model: dict[str, list] = {}
-    for art in store.list():
-        by_model.setdefault(art.metadata["model"]["name"], []).append(art)
-    doomed = []
-    for name, arts in by_model.items():
-        versions = []
-        for art in sorted(arts, key=lambda a: a.metadata.get("published_at", ""), reverse=True):
-            v = art.metadata["model"]["version"]
-            if v not in versions:
-                versions.append(v)
-        old = set(versions[keep_versions:])
-        doomed += [a for a in arts if a.metadata["model"]["version"] in old]
-    removed = store.delete([a.digest for a in doomed]) if yes and doomed else 0
+    result = registry_verbs.retention(registry_from(registry, manifests), keep_versions=keep_versions, delete=yes)
+    doomed, removed = result.doomed, result.removed
     if as_json:
         print_json({"would_delete" if not yes else "deleted": [a.metadata["address"] + "@" +
                                                                a.metadata["model"]["version"] for a in doomed],
                     "removed": removed})
         return
     for a in doomed:
-        console().print(f"{'deleted' if yes else 'would delete'} {a.metadata['address']} "
-                        f"{a.metadata['model']['version']} {a.digest[:19]}")
+        console().print(f"{'deleted' if yes else 'would delete'} {escape(a.metadata['address'])} "
+                        f"{escape(a.metadata['model']['version'])} {a.digest[:19]}")
     if not yes and doomed:
         console().print("dry run: pass --yes to delete")
     if not doomed:
         console().print("nothing to delete")
 
 
-COMMANDS = [publish, ls_cmd, show, pull, retention]
-_ = sys  # stdout is used through print_json

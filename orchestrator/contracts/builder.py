@@ -3,6 +3,10 @@
 A builder plugin is an object registered under the entry-point group ``trt_orchestrator.builders`` with:
 
 - ``name``: the name targets use (``tensorrt-rtx``)
+- ``runtime``: the runtime plugin that runs its engines (``trtexec`` -> ``tensorrt``)
+- ``slug``: its part of a cell address (``rtx`` in ``sm89+rtx1.7``)
+- ``probe_target(fingerprint) -> Target | None``: the target it would build for on this runner with the version
+  installed here (``doctor`` shows it), None when it cannot build here at all
 - ``capabilities(version) -> BuilderCapabilities``: what that builder version can do, pure, no import of the
   heavy library (the manifest checks and the planner call it on machines without it)
 - ``available(fingerprint) -> str | None``: None if this runner can build with it now, else the reason why not
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from orchestrator.core.capabilities import BuilderCapabilities, TargetKind, target_kind
 from orchestrator.core.fingerprint import RunnerFingerprint
@@ -50,18 +54,36 @@ class BuildResult:
     builder_version: str  # the exact version really used (may be more precise than the target's)
     build_seconds: float
     layer_info_path: Path | None = None
-    metadata: dict = field(default_factory=dict)  # builder-specific facts (flags used, profile count, ...)
+    metadata: dict[str, Any] = field(default_factory=dict)  # builder-specific facts (flags used, profile count, ...)
 
 
 @runtime_checkable
 class Builder(Protocol):
     name: str
+    runtime: str
+    slug: str
+
+    def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None: ...
 
     def capabilities(self, version: str) -> BuilderCapabilities: ...
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None: ...
 
     def build(self, request: BuildRequest) -> BuildResult: ...
+
+
+def probe_target(builder: Builder, fingerprint: RunnerFingerprint, *, device: str = "gpu") -> Target | None:
+    """The usual ``Builder.probe_target``: the version of the builder's runtime installed here, for this GPU's
+    compute capability (8.6 on a machine without one: AOT builders build without a GPU)."""
+    version = fingerprint.runtime_version(builder.runtime)
+    if not version:
+        return None
+    if device != "gpu":
+        return Target(name="probe", builder=builder.name, builder_version=version, device=device,  # type: ignore[arg-type]
+                      builder_slug=builder.slug)
+    ccs = (fingerprint.compute_capability,) if fingerprint.compute_capability else ("8.6",)
+    return Target(name="probe", builder=builder.name, builder_version=version, compute_capabilities=ccs,
+                  builder_slug=builder.slug)
 
 
 @dataclass(frozen=True)
@@ -81,14 +103,16 @@ class TransformRequest:
 @runtime_checkable
 class Transform(Protocol):
     kind: str
+    # Python distributions whose versions change the output (their versions go into transform keys).
+    tools: tuple[str, ...]
 
-    def settings(self, precision: PrecisionSpec) -> dict:
+    def settings(self, precision: PrecisionSpec) -> dict[str, Any]:
         """What of the spec changes this transform's output (goes into the key)."""
         ...
 
-    def run(self, request: TransformRequest) -> dict:
+    def run(self, request: TransformRequest) -> dict[str, Any]:
         """Write request.out_path; return facts for the log (e.g. nodes converted)."""
         ...
 
 __all__ = ["BuilderCapabilities", "TargetKind", "target_kind", "OptimizationProfile", "BuildRequest",
-           "BuildResult", "Builder", "TransformRequest", "Transform"]
+           "BuildResult", "Builder", "TransformRequest", "Transform", "probe_target"]

@@ -1,19 +1,22 @@
-"""The runtime contract: load one engine, run it, time it.
+"""The runtime port: say what of it is installed, judge whether an engine can run here, verify an engine file,
+load it, run it, time it.
 
-A runtime plugin (entry-point group ``trt_orchestrator.runtimes``) has a ``name`` matching the builder whose
-engines it runs, ``can_run(metadata, fingerprint) -> str | None`` (None = yes, else why not; decided before
-any deserialization) and ``load(engine_path, metadata, options) -> Session``.
+A runtime plugin (entry-point group ``trt_orchestrator.runtimes``) owns its compatibility rules: the core only
+ranks the ``Compat`` answers (``orchestrator.core.select``). Everything is decided from the engine's descriptor
+and the runner's fingerprint before a byte of the engine is deserialized.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping, Protocol, runtime_checkable
+from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
+from orchestrator.core.select import Compat
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Timing:
     end_to_end_ms: tuple[float, ...] = ()
     clock: str = "perf_counter_ns"  # or "cuda_event"
     device_memory_bytes: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Session(Protocol):
@@ -50,7 +53,20 @@ class Session(Protocol):
 @runtime_checkable
 class Runtime(Protocol):
     name: str
+    # How deployments name it in ``pull --runtime <slug><version>`` (e.g. "trt" for trt10.13).
+    slug: str
 
-    def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None: ...
+    def probe(self) -> InstalledRuntime | None:
+        """What of this runtime is installed on this machine (None: not installed); cheap, no heavy import."""
+        ...
 
-    def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> Session: ...
+    def can_run(self, engine: EngineDescriptor, fingerprint: RunnerFingerprint) -> Compat:
+        """Whether ``engine`` can run on ``fingerprint``, why, and its rank (see ``core.select``)."""
+        ...
+
+    def verify_engine(self, engine_path: Path, engine: EngineDescriptor) -> str | None:
+        """None when the file's own header agrees with its descriptor, else why not (second line of defence
+        at ``pull``; runtimes whose engines carry no header return None)."""
+        ...
+
+    def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> Session: ...

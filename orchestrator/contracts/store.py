@@ -1,29 +1,21 @@
-"""The store contract and the small index-reading interface the planner uses.
+"""The store port: bytes and records, nothing else.
 
 A store plugin (entry-point group ``trt_orchestrator.stores``) is a factory ``(RegistryConfig) -> Store``.
 Artifacts are immutable: an engine file + its metadata JSON (schema ``orchestrator/schemas/artifact-v1``),
 gate verdicts and the build log. The registry is keyed by build key (builds are not bit-reproducible); the
-engine's sha256 is its content digest, verified on every read.
+engine's sha256 is its content digest, verified on every read. Queries (address, model, version, "latest",
+labels) and retention are decided once for every store in ``orchestrator.core.query``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, runtime_checkable
 
+from orchestrator.core.artifact import IndexEntry
 
-@dataclass(frozen=True)
-class IndexEntry:
-    """What the planner needs of one published artifact."""
-
-    address: str
-    build_key: str
-    key_inputs: dict  # the canonical inputs the build key was made from (to name what changed)
-    model: str
-    version: str
-    digest: str  # sha256:<hex> of the engine bytes
-    published_at: str = ""
+__all__ = ["ArtifactFiles", "EmptyIndex", "IndexEntry", "IndexReader", "Store", "StoredArtifact"]
 
 
 class IndexReader(Protocol):
@@ -47,10 +39,10 @@ class EmptyIndex:
 
 @dataclass(frozen=True)
 class ArtifactFiles:
-    """What a publisher hands to ``Store.put``."""
+    """What a publisher hands to ``Store.put``: metadata already validated against the schema."""
 
     engine: Path
-    metadata: dict  # validated against the artifact metadata schema by the store
+    metadata: dict[str, Any]
     log: Path | None = None
     extra: tuple[Path, ...] = ()  # layer info, gate verdicts as files
 
@@ -58,7 +50,7 @@ class ArtifactFiles:
 @dataclass(frozen=True)
 class StoredArtifact:
     digest: str  # sha256:<hex> of the engine
-    metadata: dict
+    metadata: dict[str, Any]
     location: str  # store-specific (path or oci reference)
 
 
@@ -74,12 +66,13 @@ class Store(Protocol):
         """Write the engine to ``dest`` (atomically), verifying its sha256; IntegrityError on mismatch."""
         ...
 
-    def find(self, *, address: str | None = None, model: str | None = None, version: str | None = None,
-             labels: dict | None = None) -> list[StoredArtifact]: ...
+    def records(self, model: str | None = None) -> list[StoredArtifact]:
+        """Every published artifact (of ``model`` only, when given: a store may narrow cheaply), newest first."""
+        ...
 
-    def list(self) -> Iterator[StoredArtifact]: ...
-
-    def index(self) -> IndexReader: ...
+    def index(self) -> IndexReader:
+        """The planner's view; a store that does not exist yet is an empty index (never created by reading)."""
+        ...
 
     def delete(self, digests: Iterable[str]) -> int:
         """Only through the explicit retention command."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.core.artifact import ENGINE_MEDIA_TYPE
 from orchestrator.core.model import Target
 
 TargetKind = Literal["compute_capability", "compute_capability_list", "hardware_compatible", "cpu", "cuda"]
@@ -25,6 +26,7 @@ class BuilderCapabilities:
     native_missing_reason: dict[str, str] = field(default_factory=dict)
     supports_calibrator: bool = False  # int8 entropy calibrator (TRT <= 10.x, deprecated 10.1)
     engine_suffix: str = ".plan"
+    engine_media_type: str = ENGINE_MEDIA_TYPE  # how stores label the engine file (an ONNX "engine" differs)
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform

@@ -1,9 +1,12 @@
-"""A runner's fingerprint as plain data: what the machine is (GPUs, compute capability, driver, installed
-runtimes, OS/arch). Detection lives at the edge (``orchestrator.hardware``); "no GPU" is a valid fingerprint."""
+"""A runner's fingerprint as plain data: what the machine is (GPUs, compute capability, driver, the runtimes
+installed, OS/arch). Detection lives at the edge (``orchestrator.hardware``, asking each runtime plugin what of
+it is installed); "no GPU" is a valid fingerprint. The core names no runtime: ``runtimes`` is keyed by the
+runtime plugins' own names."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -14,6 +17,22 @@ class GpuInfo:
     memory_mib: int
     uuid: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "compute_capability": self.compute_capability,
+                "memory_mib": self.memory_mib, "uuid": self.uuid}
+
+
+@dataclass(frozen=True)
+class InstalledRuntime:
+    """What a runtime plugin found installed here: its exact version and what it offers (e.g. execution
+    providers), as the plugin itself reads them."""
+
+    version: str
+    features: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "features": list(self.features)}
+
 
 @dataclass(frozen=True)
 class RunnerFingerprint:
@@ -22,11 +41,9 @@ class RunnerFingerprint:
     gpus: tuple[GpuInfo, ...] = ()
     driver_version: str | None = None
     cuda_driver_version: str | None = None  # the CUDA version the driver supports, e.g. "13.0"
-    tensorrt: str | None = None  # exact version, e.g. "10.13.3.9"
-    tensorrt_rtx: str | None = None
-    onnxruntime: str | None = None
-    onnxruntime_providers: tuple[str, ...] = ()
-    labels: tuple[str, ...] = field(default_factory=tuple)
+    # runtime plugin name -> what is installed; absent: not installed
+    runtimes: Mapping[str, InstalledRuntime] = field(default_factory=dict, hash=False)
+    labels: tuple[str, ...] = ()
 
     @property
     def compute_capability(self) -> str | None:
@@ -36,19 +53,41 @@ class RunnerFingerprint:
     def has_gpu(self) -> bool:
         return bool(self.gpus)
 
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["gpus"] = [asdict(g) for g in self.gpus]
-        return data
+    def runtime_version(self, name: str) -> str | None:
+        installed = self.runtimes.get(name)
+        return installed.version if installed else None
+
+    def runtime_features(self, name: str) -> tuple[str, ...]:
+        installed = self.runtimes.get(name)
+        return installed.features if installed else ()
+
+    def with_runtime(self, name: str, installed: InstalledRuntime | None) -> "RunnerFingerprint":
+        """The same runner with ``name`` installed as given (None: not installed); for declared deployments."""
+        runtimes = {k: v for k, v in self.runtimes.items() if k != name}
+        if installed is not None:
+            runtimes[name] = installed
+        return replace(self, runtimes=dict(sorted(runtimes.items())))
+
+    def describe(self) -> str:
+        """``NVIDIA H100 (CC 9.0); tensorrt 10.13.3.9, onnxruntime absent``-style one-liner for messages."""
+        gpu = f"{self.gpus[0].name} (CC {self.compute_capability})" if self.gpus else "no GPU"
+        installed = ", ".join(f"{name} {rt.version}" for name, rt in sorted(self.runtimes.items()))
+        return f"{gpu}; {installed or 'no runtime installed'}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"os": self.os, "arch": self.arch, "gpus": [g.to_json() for g in self.gpus],
+                "driver_version": self.driver_version, "cuda_driver_version": self.cuda_driver_version,
+                "runtimes": {name: rt.to_json() for name, rt in sorted(self.runtimes.items())},
+                "labels": list(self.labels)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "RunnerFingerprint":
+    def from_json(cls, data: Mapping[str, Any]) -> "RunnerFingerprint":
         gpus = tuple(GpuInfo(**g) for g in data.get("gpus", ()))
-        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "gpus"}
-        for k in ("onnxruntime_providers", "labels"):
-            if k in fields:
-                fields[k] = tuple(fields[k])
-        return cls(gpus=gpus, **fields)
+        runtimes = {str(name): InstalledRuntime(str(rt["version"]), tuple(rt.get("features", ())))
+                    for name, rt in (data.get("runtimes") or {}).items()}
+        return cls(os=str(data.get("os", "")), arch=str(data.get("arch", "")), gpus=gpus,
+                   driver_version=data.get("driver_version"), cuda_driver_version=data.get("cuda_driver_version"),
+                   runtimes=runtimes, labels=tuple(data.get("labels", ())))
 
     @classmethod
     def parse_gpu_spec(cls, spec: str, base: "RunnerFingerprint | None" = None) -> "RunnerFingerprint":

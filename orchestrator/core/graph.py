@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from orchestrator.core.model import PrecisionSpec, Target
 
@@ -35,7 +35,7 @@ class Cell:
     target: Target
     route: Route  # how the precision is reached
     build_key: str
-    key_inputs: dict = field(hash=False, compare=False)
+    key_inputs: dict[str, Any] = field(hash=False, compare=False)
     transform_node: str | None = None
     blocked: str | None = None  # reason, or None
 

@@ -27,7 +27,7 @@ def digest_of(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
-def build_key(inputs: dict) -> str:
+def build_key(inputs: dict[str, Any]) -> str:
     return digest_of(inputs)
 
 
@@ -47,7 +47,7 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def changed_inputs(old: dict, new: dict) -> list[str]:
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Human lines naming each key input that differs, e.g. ``builder.version: 10.13.2.6 -> 10.13.3.9``."""
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}

@@ -7,7 +7,7 @@ Paths in here are already resolved to absolute paths (relative ones are relative
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp8")
@@ -171,7 +171,7 @@ class BuilderOptions:
     ort_optimization: Literal["basic", "extended", "all"] = "all"
     extra: dict[str, str | int | float | bool] = field(default_factory=dict)
 
-    def to_key(self) -> dict:
+    def to_key(self) -> dict[str, Any]:
         """Only what changes an engine goes into the build key."""
         return {
             "optimization_level": self.optimization_level,
@@ -188,7 +188,7 @@ class BuilderOptions:
 @dataclass(frozen=True)
 class Target:
     name: str
-    builder: str  # plugin name: tensorrt-rtx | tensorrt | trtexec | onnxruntime | third-party
+    builder: str  # builder plugin name
     builder_version: str  # exact where engines demand it ("10.13.3.9", "1.7.1.116"); "1.23" for ort
     # Exactly one of: one CC, a list of CCs (RTX AOT), a compatibility level, a device (ort: cpu/cuda).
     compute_capabilities: tuple[str, ...] = ()  # "8.9", "12.0"
@@ -196,6 +196,9 @@ class Target:
     device: Literal["gpu", "cpu", "cuda"] = "gpu"
     runners: RunnerLabels = field(default_factory=lambda: RunnerLabels((), ()))
     options: BuilderOptions = field(default_factory=BuilderOptions)
+    # The builder's own short name in addresses (``trt`` in ``sm89+trt10.13``); the builder plugin declares it
+    # and the manifest loader fills it in. Empty: the builder's name.
+    builder_slug: str = ""
     # Version-compatible engines may run on newer runtimes; that range is checked at pull time.
 
     @property
@@ -208,9 +211,6 @@ class Target:
     def slug(self) -> str:
         """The ``sm89+trt10.13`` part of a cell address."""
         return target_slug(self)
-
-
-_BUILDER_SLUG = {"tensorrt": "trt", "trtexec": "trtexec", "tensorrt-rtx": "rtx", "onnxruntime": "ort"}
 
 
 def cc_slug(cc: str) -> str:
@@ -227,7 +227,7 @@ def target_slug(t: Target) -> str:
         where = "-".join(cc_slug(c) for c in t.compute_capabilities) or "any"
         if t.hardware_compatibility == "same_compute_capability":
             where += "-samecc"
-    builder = _BUILDER_SLUG.get(t.builder, t.builder)
+    builder = t.builder_slug or t.builder
     slug = f"{where}+{builder}{t.version_family}"
     if t.options.version_compatible:
         slug += "-vc"
@@ -246,7 +246,7 @@ class MatrixRule:
 
 @dataclass(frozen=True)
 class RegistryConfig:
-    store: str = "local"  # plugin name
+    store: str | None = None  # store plugin name; None: the default store (``orchestrator.plugins``)
     path: str | None = None  # local store directory (absolute)
     url: str | None = None  # oci: host[:port]/repository-prefix
     insecure: bool = False

@@ -12,17 +12,16 @@ import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
-from orchestrator.errors import CIError, PlanError
+from orchestrator.errors import PlanError
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
-from orchestrator.contracts.store import IndexEntry
+from orchestrator.core.artifact import IndexEntry
 
 PLAN_FORMAT_VERSION = 1
 Status = Literal["build", "rebuild", "up-to-date", "blocked"]
 SYMBOL = {"build": "+", "rebuild": "~", "up-to-date": "=", "blocked": "!"}
-MAX_MATRIX = 256  # GitHub Actions' limit of jobs per matrix
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class PlanEntry:
     published_digest: str | None = None
     shard: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "address": self.address, "status": self.status, "symbol": SYMBOL[self.status],
             "build_key": self.build_key, "model": self.model, "precision": self.precision,
@@ -58,7 +57,7 @@ class Shard:
     targets: tuple[str, ...]
     addresses: tuple[str, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "build_labels": list(self.build_labels), "gate_labels": list(self.gate_labels),
                 "targets": list(self.targets), "addresses": list(self.addresses)}
 
@@ -70,7 +69,7 @@ class Plan:
     registry_state: str
     manifests: dict[str, str] = field(default_factory=dict)  # path -> sha256 of its bytes
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[str]:
         return Counter(e.status for e in self.entries)
 
     @property
@@ -83,7 +82,7 @@ class Plan:
         return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {c['up-to-date']} up to date, "
                 f"{c['blocked']} blocked")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         c = self.counts()
         return {
             "format_version": PLAN_FORMAT_VERSION,
@@ -104,7 +103,7 @@ class Plan:
 
 
 def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
-    common = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name, model=cell.model,
+    common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name, model=cell.model,
                   precision=cell.precision.name, profile_set=cell.profile_set)
     if cell.blocked:
         return PlanEntry(status="blocked", reason=cell.blocked, **common)
@@ -124,22 +123,22 @@ def _slug(labels: tuple[str, ...]) -> str:
 
 
 def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None,
-                max_shards: int = MAX_MATRIX, max_cells_per_shard: int = 0) -> tuple[Shard, ...]:
+                max_shards: int | None = None, max_cells_per_shard: int = 0) -> tuple[Shard, ...]:
     """Group cells by their build label set (+ gate labels). Chunks split a big group only while the total
-    stays within ``max_shards`` (one GitHub matrix)."""
+    stays within ``max_shards`` (the CI emitter's limit, e.g. one GitHub matrix; None: no limit)."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Cell]] = {}
     for cell in cells:
         if cell.blocked or (only_changed is not None and cell.address not in only_changed):
             continue
         groups.setdefault((cell.build_labels, cell.gate_labels), []).append(cell)
-    if len(groups) > max_shards:
-        raise CIError(
-            f"the plan needs {len(groups)} distinct runner label sets, more than the {max_shards} jobs one "
-            "GitHub Actions matrix can hold",
+    if max_shards is not None and len(groups) > max_shards:
+        raise PlanError(
+            f"the plan needs {len(groups)} distinct runner label sets, more than the {max_shards} jobs the CI "
+            "emitter can run in one workflow",
             hint="give targets that run on the same machines the same runner labels, or split the manifests "
-                 "into several workflows (`orchestrate ci github` per manifest group)")
+                 "into several workflows (one `orchestrate ci ...` per manifest group)")
     shards = []
-    budget = max_shards - len(groups)
+    budget = (max_shards - len(groups)) if max_shards is not None else len(cells)
     used: set[str] = set()
     for (build, gate), members in sorted(groups.items()):
         base = _slug(build)
@@ -167,17 +166,19 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
 
 
 def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registry_state: str,
-                 manifests: Mapping[str, str] | None = None, *, max_cells_per_shard: int = 0) -> Plan:
+                 manifests: Mapping[str, str] | None = None, *, max_shards: int | None = None,
+                 max_cells_per_shard: int = 0) -> Plan:
     entries = [_entry(cell, published.get(cell.address)) for cell in graph.cells]
     changed = {e.address for e in entries if e.status in ("build", "rebuild")}
-    shards = make_shards(graph.cells, only_changed=changed, max_cells_per_shard=max_cells_per_shard)
+    shards = make_shards(graph.cells, only_changed=changed, max_shards=max_shards,
+                         max_cells_per_shard=max_cells_per_shard)
     shard_of = {a: s.id for s in shards for a in s.addresses}
     entries = [PlanEntry(**{**e.__dict__, "shard": shard_of.get(e.address)}) for e in entries]
     return Plan(entries=tuple(entries), shards=shards, registry_state=registry_state,
                 manifests=dict(manifests or {}))
 
 
-def plan_from_json(data: dict) -> Plan:
+def plan_from_json(data: dict[str, Any]) -> Plan:
     if not isinstance(data, dict) or data.get("format_version") != PLAN_FORMAT_VERSION:
         got = data.get("format_version") if isinstance(data, dict) else None
         raise PlanError(f"unsupported plan format_version {got!r} (this orchestrate reads {PLAN_FORMAT_VERSION})",

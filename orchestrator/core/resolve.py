@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from graphlib import TopologicalSorter
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from orchestrator.contracts.builder import BuilderCapabilities, OptimizationProfile
+from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.graph import OptimizationProfile
 from orchestrator.errors import ManifestError, Problem
-from orchestrator.core.graph import BuildGraph, Cell, Node
+from orchestrator.core.graph import BuildGraph, Cell, Node, Route
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of
 from orchestrator.core.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
 
@@ -61,7 +62,7 @@ def _profiles(model: Model, set_name: str) -> tuple[OptimizationProfile, ...]:
     return tuple(out)
 
 
-def _route(spec: PrecisionSpec, caps: BuilderCapabilities) -> str | None:
+def _route(spec: PrecisionSpec, caps: BuilderCapabilities) -> Route | None:
     if spec.name == "fp32":
         return "none"
     if spec.via == "native":
@@ -102,8 +103,8 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
     return None
 
 
-def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict:
-    settings: dict = {"keep_io_types": spec.keep_io_types,
+def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict[str, Any]:
+    settings: dict[str, Any] = {"keep_io_types": spec.keep_io_types,
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
     if spec.name in ("int8", "fp8"):
         settings["calibration_method"] = spec.calibration_method
@@ -146,9 +147,9 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     caps_cache: dict[tuple[str, str], BuilderCapabilities | None] = {}
     # Per-resolve caches of key parts every cell of a model x profile set (or of a target) shares: a 100k-cell
     # fleet has a few thousand distinct ones. The cached dicts are shared between cells' key_inputs (read-only).
-    profile_cache: dict[tuple[int, str], tuple[tuple[OptimizationProfile, ...], list]] = {}
-    transform_cache: dict[tuple[int, PrecisionSpec, str], tuple[dict, str]] = {}
-    target_cache: dict[int, tuple[dict, dict]] = {}
+    profile_cache: dict[tuple[int, str], tuple[tuple[OptimizationProfile, ...], list[dict[str, Any]]]] = {}
+    transform_cache: dict[tuple[int, PrecisionSpec, str], tuple[dict[str, Any], str]] = {}
+    target_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
     texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
 
@@ -271,7 +272,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
 _SHARED_PARTS = frozenset({"transform", "profiles", "target", "options", "plugin_libraries"})
 
 
-def _build_key_from_parts(key_inputs: dict, shared_text: Callable[[object], str]) -> str:
+def _build_key_from_parts(key_inputs: dict[str, Any], shared_text: Callable[[object], str]) -> str:
     """``build_key(key_inputs)`` with the shared parts' JSON reused: canonical JSON of a dict is its sorted items
     as ``"key":value`` joined by ``,`` in braces, so splicing canonical parts gives the very same bytes."""
     text = ",".join(f"{canonical_json(k)}:{shared_text(v) if k in _SHARED_PARTS else canonical_json(v)}"

@@ -201,6 +201,7 @@ def gate_cases(model: Model, profile: str, data: DataSource | None = None) -> li
 
 
 def load_dataset(model: Model, profile: str, data: DataSource) -> InputCase:
+    assert data.path is not None, "load_dataset needs a dataset path (gate_cases draws random cases otherwise)"
     root = Path(data.path)
     if not root.exists():
         raise GateError(f"{model.name}: parity dataset {root} does not exist", hint="check gate.parity.data.path")

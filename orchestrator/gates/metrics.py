@@ -145,7 +145,8 @@ def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], to
         if take:
             idx = np.argpartition(-flat, take - 1)[:take]
             for i in idx:
-                index = (sample, *np.unravel_index(int(i), a.shape)) if a.ndim else (sample,)
+                index: tuple[int | np.integer, ...] = ((sample, *np.unravel_index(int(i), a.shape)) if a.ndim
+                                                       else (sample,))
                 element = WorstElement(index=tuple(int(x) for x in index), engine=float(a.flat[i]),
                                        reference=float(b.flat[i]), abs_error=float(diff.flat[i]),
                                        tolerance_ratio=float(flat[i]))
@@ -155,7 +156,7 @@ def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], to
                     heapq.heappush(s.worst, item)
                 else:
                     heapq.heappushpop(s.worst, item)
-        if classifier_k is not None and a.ndim >= 1 and a.shape[-1] > 0:
+        if classifier_k is not None and gated_k is not None and a.ndim >= 1 and a.shape[-1] > 0:
             rows = int(np.prod(a.shape[:-1]))
             s.rows += rows
             s.top1_hits += topk_agreement(a, b, 1) * rows

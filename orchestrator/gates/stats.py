@@ -25,20 +25,20 @@ import numpy as np
 PercentileMethod = Literal["linear", "trtexec"]
 
 
-def percentile_linear(samples: Sequence[float], p: float) -> float:
+def percentile_linear(samples: Sequence[float] | np.ndarray, p: float) -> float:
     """numpy's linear-interpolation percentile of ``samples`` at ``p`` in [0, 100]."""
     data = _checked(samples, p)
     return float(np.percentile(data, p, method="linear"))
 
 
-def percentile_trtexec(samples: Sequence[float], p: float) -> float:
+def percentile_trtexec(samples: Sequence[float] | np.ndarray, p: float) -> float:
     """trtexec's nearest-rank percentile: sorted ``v[max(n - 1 - int((1 - p/100) * n), 0)]``."""
     data = np.sort(_checked(samples, p))
     n = data.size
     return float(data[max(n - 1 - int((1.0 - p / 100.0) * n), 0)])
 
 
-def percentile(samples: Sequence[float], p: float, method: PercentileMethod = "linear") -> float:
+def percentile(samples: Sequence[float] | np.ndarray, p: float, method: PercentileMethod = "linear") -> float:
     if method == "linear":
         return percentile_linear(samples, p)
     if method == "trtexec":
@@ -46,7 +46,7 @@ def percentile(samples: Sequence[float], p: float, method: PercentileMethod = "l
     raise ValueError(f"unknown percentile method {method!r}; use 'linear' or 'trtexec'")
 
 
-def _checked(samples: Sequence[float], p: float) -> np.ndarray:
+def _checked(samples: Sequence[float] | np.ndarray, p: float) -> np.ndarray:
     if not 0.0 <= p <= 100.0:
         raise ValueError(f"percentile {p} is outside [0, 100]")
     data = np.asarray(samples, dtype=np.float64).ravel()

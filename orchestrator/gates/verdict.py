@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 from orchestrator.gates.stats import LatencyStats
 from orchestrator.gates.tolerances import ResolvedTolerance
@@ -39,6 +39,14 @@ def encode_float(value: float | None) -> float | str | None:
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     return value
+
+
+@overload
+def decode_float(value: float | str) -> float: ...
+@overload
+def decode_float(value: None) -> None: ...
+@overload
+def decode_float(value: float | str | None) -> float | None: ...
 
 
 def decode_float(value: float | str | None) -> float | None:

@@ -5,11 +5,11 @@ every finding into a positioned ``Problem``. Raises one ``ManifestError`` carryi
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from orchestrator.digests import hash_file
 from orchestrator.errors import ManifestError, Problem
 from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
 from orchestrator.manifest.convert import convert
@@ -29,8 +29,7 @@ class LoadedManifest:
 
 
 def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    return hash_file(path)[0].split(":", 1)[1]
 
 
 def _redirect(path: Path, redirects: dict[Path, Path]) -> Path:

@@ -183,6 +183,23 @@ class _OutputToLog:
             os.close(fd)
 
 
+class open_step_log:
+    """The node's log file as a ``log(line)`` function, closed on exit (steps hand it to plugins)."""
+
+    def __init__(self, task: StepTask) -> None:
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(task.log_path, "a", buffering=1)
+
+    def __enter__(self) -> Callable[[str], None]:
+        def log(line: str) -> None:
+            self._handle.write(line.rstrip("\n") + "\n")
+
+        return log
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
+
+
 def _run_in_worker(step: Callable[[StepTask], StepOutcome], task: StepTask,
                    capture: bool = True) -> tuple[StepOutcome, str | None]:
     """Worker side: run the step, translating errors into an outcome (tracebacks only for bugs, into the log)."""
@@ -202,6 +219,7 @@ def _run_in_worker(step: Callable[[StepTask], StepOutcome], task: StepTask,
 
 
 StepFn = Callable[[StepTask], StepOutcome]
+EventFn = Callable[[str, Node, "NodeReport | None"], None]
 
 
 def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
@@ -278,11 +296,12 @@ class Executor:
                         continue  # a dependency has not finished
                     remaining.remove(node_id)
                     progressed = True
-                    bad = [r for r in deps_state if r.status in ("failed", "skipped", "pending", "interrupted")]
+                    bad = [r for r in deps_state
+                           if r is not None and r.status in ("failed", "skipped", "pending", "interrupted")]
                     if bad:
                         verb = {"failed": "failed", "skipped": "was skipped", "pending": "is pending",
                                 "interrupted": "was interrupted"}[bad[0].status]
-                        status = "pending" if bad[0].status == "pending" else "skipped"
+                        status: NodeStatus = "pending" if bad[0].status == "pending" else "skipped"
                         finish(node, NodeReport(node.id, node.kind, status, reason=f"{bad[0].node} {verb}"))
                         continue
                     dep_results = {d: dep_result(d) for d in node.deps}
@@ -291,7 +310,7 @@ class Executor:
                         finish(node, NodeReport(node.id, node.kind, "skipped",
                                                 reason=f"{missing[0]} has no result on this runner"))
                         continue
-                    dep_prints = {d: _fingerprint(r) for d, r in dep_results.items()}
+                    dep_prints = {d: _fingerprint(r) for d, r in dep_results.items() if r is not None}  # none missing
                     final = ws.node_dir(node, self.dir_salt(node))
                     existing = read_result(final)
                     if existing is not None and existing.get("deps") == dep_prints and not self.always_run(node):
@@ -299,14 +318,16 @@ class Executor:
                         finish(node, NodeReport(node.id, node.kind, "cached", dir=str(final),
                                                 log=existing.get("log"), data=existing.get("data", {})))
                         continue
+                    if self.needs_gpu(node) and gpu_busy:
+                        # GPU work runs one at a time per device; prepared only once it can start (preparing
+                        # may read the registry, e.g. a benchmark's baseline)
+                        remaining.insert(0, node_id)
+                        progressed = False
+                        continue
                     payload, early = self.prepare_task(node)
                     if early is not None:
                         finish(node, NodeReport(node.id, node.kind, early.status if early.status != "done"
                                                 else "skipped", reason=early.reason))
-                        continue
-                    if self.needs_gpu(node) and gpu_busy:
-                        remaining.insert(0, node_id)  # GPU work runs one at a time per device
-                        progressed = False
                         continue
                     tmp = ws.tmp / f"{os.getpid()}-{_DIR_OF_KIND[node.kind]}-{node.key[:16]}-{time.monotonic_ns()}"
                     tmp.mkdir(parents=True)

@@ -9,14 +9,25 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import plugins
+from orchestrator.contracts.store import ArtifactFiles
+from orchestrator.core.artifact import GateSummary, gate_status
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.graph import Cell
+from orchestrator.core.model import Model, RegistryConfig
+from orchestrator.metadata import engine_file, new_metadata, utc_now
 from orchestrator.run.executor import StepOutcome, StepTask
 from orchestrator.run.gate import read_gate_report
-from orchestrator.metadata import EngineFile, GateSummary, build_metadata, utc_now
-from orchestrator.run.steps import CellPayload
 
 
 @dataclass(frozen=True)
-class PublishOptions:
+class PublishPayload:
+    cell: Cell
+    model: Model
+    registry: RegistryConfig
+    manifest_file: str
+    runtime: str  # the runtime plugin that runs the engine (the builder declares it)
+    media_type: str  # the builder's engine media type
     gate_dirs: tuple[str | None, str | None]  # parity node dir, benchmark node dir (None: gate disabled)
     force: bool = False  # publish despite failed gates (recorded)
 
@@ -30,63 +41,47 @@ def git_commit(path: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def gate_status(parity: dict | None, benchmark: dict | None, enabled: tuple[bool, bool]) -> str:
-    reports = [r for r, on in zip((parity, benchmark), enabled) if on]
-    if any(r is not None and r.get("status") == "failed" for r in reports):
-        return "failed"
-    if any(r is None for r in reports):
-        return "pending"
-    return "passed" if reports else "skipped"
-
-
 def step_publish(task: StepTask) -> StepOutcome:
-    from orchestrator.app.pipeline import open_store
-    from orchestrator.contracts.store import ArtifactFiles
-
-    payload: CellPayload = task.payload
-    options: PublishOptions = payload.extra[0]
+    payload = task.payload
+    assert isinstance(payload, PublishPayload)
     cell, model = payload.cell, payload.model
     build_dir = Path(task.dep_dirs[f"build:{cell.address}"])
     build = json.loads((build_dir / "result.json").read_text())["data"]
-    parity_dir, bench_dir = options.gate_dirs
+    parity_dir, bench_dir = payload.gate_dirs
     parity = read_gate_report(parity_dir, "parity.json") if parity_dir else None
     bench = read_gate_report(bench_dir, "benchmark.json") if bench_dir else None
-    status = gate_status(parity, bench, (parity_dir is not None, bench_dir is not None))
+    status = gate_status(parity["status"] if parity else None, bench["status"] if bench else None,
+                         (parity_dir is not None, bench_dir is not None))
     allowed = model.gate.allow_ungated_publish
-    if status == "failed" and not options.force:
+    if status == "failed" and not payload.force:
         return StepOutcome(status="skipped", reason="not published: a gate failed (see `orchestrate report`; "
                                                     "--force publishes anyway and records it)")
-    if status == "pending" and not (allowed or options.force):
+    if status == "pending" and not (allowed or payload.force):
         return StepOutcome(status="pending", reason="not published: gate pending — gate it on a runner that can "
                                                     "run it, or set gate.allow_ungated_publish in the manifest")
     engine = build_dir / build["engine"]
     log = build_dir / build["log"] if build.get("log") else None
-    extras = tuple(p for p in (Path(parity_dir) / "parity.json" if parity else None,
-                               Path(bench_dir) / "benchmark.json" if bench else None,
+    extras = tuple(p for p in (Path(parity_dir) / "parity.json" if parity and parity_dir else None,
+                               Path(bench_dir) / "benchmark.json" if bench and bench_dir else None,
                                build_dir / build["layer_info"] if build.get("layer_info") else None)
                    if p is not None and p.exists())
     manifest_path = payload.manifest_file
     calib = None
     if cell.key_inputs.get("transform"):
         calib = cell.key_inputs["transform"].get("calibration")
-    meta = build_metadata(
+    meta = new_metadata(
         address=cell.address, model_name=model.name, model_version=model.version,
         model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
         profile_set=cell.profile_set, profiles=[p.name for p in cell.profiles] or [cell.profile_set],
         target=cell.target, builder_version=build["builder_version"], build_key=cell.build_key,
-        key_inputs=cell.key_inputs, engine=EngineFile.from_path(engine, builder=cell.target.builder),
-        runner=_runner(build), gates=GateSummary(status=status, parity=parity, benchmark=bench,
-                                                 ungated_publish_allowed=status != "passed"),
+        key_inputs=cell.key_inputs, engine=engine_file(engine, media_type=payload.media_type),
+        runtime=payload.runtime, runner=RunnerFingerprint.from_json(build["runner"]),
+        gates=GateSummary(status=status, parity=parity, benchmark=bench, ungated_publish_allowed=status != "passed"),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
         calibration_digest=calib)
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
-    stored = open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras))
+    stored = plugins.open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log,
+                                                                    extra=extras))
     return StepOutcome(data={"digest": stored.digest, "location": stored.location, "gates": status,
                              "build_key": cell.build_key})
-
-
-def _runner(build: dict):
-    from orchestrator.core.fingerprint import RunnerFingerprint
-
-    return RunnerFingerprint.from_json(build["runner"])

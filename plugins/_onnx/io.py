@@ -1,5 +1,5 @@
 """ONNX file I/O shared by the builders and transforms: load with external data, save (external data past
-protobuf's 2 GB limit), and read a TensorRT plan header without the TensorRT library.
+protobuf's 2 GB limit), a model's size on disk with its external data.
 
 Only ``onnx`` (a core dependency) is imported here, and only inside functions.
 """
@@ -10,10 +10,6 @@ from pathlib import Path
 
 # Protobuf refuses to serialize a message over 2 GiB; switch to external data with headroom below that.
 EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
-
-# Plan header facts measured on TensorRT-RTX 1.7.1 (shared/reference/tensorrt-api.md §5, §10): the file starts
-# with "vtrt" (RTX) or "ftrt" (TensorRT proper) and bytes 24-27 hold major.minor.patch.build.
-PLAN_MAGICS = {b"vtrt": "tensorrt-rtx", b"ftrt": "tensorrt"}
 
 
 def load_model(path: Path | str):
@@ -40,18 +36,6 @@ def save_model(model, path: Path | str) -> list[Path]:
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=location, size_threshold=1024)
     return [path, path.with_name(location)]
-
-
-def read_plan_header(data: bytes) -> dict:
-    """Magic and embedded library version of a serialized engine (reads the first 28 bytes only)."""
-    magic = bytes(data[:4])
-    version_bytes = bytes(data[24:28])
-    return {
-        "magic": magic.decode("ascii", errors="replace"),
-        "flavour": PLAN_MAGICS.get(magic, "unknown"),
-        "version_bytes": version_bytes.hex(),
-        "version": ".".join(str(b) for b in version_bytes) if len(version_bytes) == 4 else None,
-    }
 
 
 def model_bytes(path: Path | str) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.contracts.builder import BuilderCapabilities
-from orchestrator.core.compat import parse_cc, parse_version
+from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from pathlib import Path
+from typing import Literal
 
-from orchestrator.core.compat import parse_version
+from orchestrator.core.versions import parse_version
 
 HEADER_BYTES = 64  # what to read from the file; RTX reports Runtime.engine_header_size == 64
 MAGIC_TENSORRT = b"ftrt"
@@ -38,6 +39,10 @@ class PlanHeader:
     serialization_version: int | None
     version: tuple[int, int, int, int] | None  # (major, minor, patch, build & 0xFF)
 
+    def to_json(self) -> dict[str, object]:
+        return {"magic": self.magic.decode("ascii", errors="replace"), "flavour": self.flavour,
+                "serialization_version": self.serialization_version, "version": self.version_text}
+
     @property
     def version_text(self) -> str | None:
         return ".".join(str(p) for p in self.version) if self.version else None
@@ -53,24 +58,17 @@ def read_header(first_bytes: bytes) -> PlanHeader:
     return PlanHeader(flavour, magic, serialization, version)  # type: ignore[arg-type]
 
 
-def read_header_file(path) -> PlanHeader:
+def read_header_file(path: str | Path) -> PlanHeader:
     with open(path, "rb") as f:
         return read_header(f.read(HEADER_BYTES))
 
 
-_EXPECTED_FLAVOUR = {"tensorrt": "tensorrt", "trtexec": "tensorrt", "tensorrt-rtx": "tensorrt-rtx"}
 _LABEL = {"tensorrt": "TensorRT", "tensorrt-rtx": "TensorRT-RTX"}
 
 
-def check_header(header: PlanHeader, metadata: Mapping) -> str | None:
-    """None when the plan's own header agrees with its metadata, else why not (one sentence).
-
-    Engines of builders without a TensorRT plan format (onnxruntime) are not checked here.
-    """
-    builder = metadata.get("builder") or {}
-    expected = _EXPECTED_FLAVOUR.get(builder.get("name", ""))
-    if expected is None:
-        return None
+def check_header(header: PlanHeader, expected: Flavour, builder_version: str | None) -> str | None:
+    """None when the plan's own header agrees with what its metadata says (a ``expected`` plan built by
+    ``builder_version``), else why not (one sentence)."""
     label = _LABEL[expected]
     if header.flavour == "unknown":
         return (f"the file is not a {label} plan: it starts with {header.magic!r}, expected "
@@ -80,7 +78,7 @@ def check_header(header: PlanHeader, metadata: Mapping) -> str | None:
     if header.serialization_version not in (0, None):
         return (f"unknown {label} plan serialization version {header.serialization_version} "
                 "(only 0 is documented)")
-    recorded = parse_version(builder.get("version"))
+    recorded = parse_version(builder_version)
     if header.version is None or not recorded:
         return None
     want = tuple(p & 0xFF for p in (recorded + (0, 0, 0, 0))[:4])
@@ -89,5 +87,5 @@ def check_header(header: PlanHeader, metadata: Mapping) -> str | None:
     n = min(len(recorded), 4)
     if have[:n] != want[:n]:
         return (f"the plan header says it was built by {label} {header.version_text}, but its metadata says "
-                f"{builder.get('version')}")
+                f"{builder_version}")
     return None

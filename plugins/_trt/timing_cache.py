@@ -19,6 +19,9 @@ from typing import Callable
 
 from filelock import FileLock
 
+from orchestrator.errors import BuildError
+from trt_orchestrator_plugins import _cuda
+
 from orchestrator.atomic import write_bytes_atomic
 
 LOCK_TIMEOUT_S = 300.0
@@ -65,3 +68,11 @@ def merge_and_save(path: Path, merge: Callable[[bytes], bytes]) -> bytes:
         merged = merge(previous)
         write_atomic(path, merged)
     return merged
+
+
+def building_gpu_cc() -> str:
+    """The building GPU's compute capability (timing caches are per CC)."""
+    try:
+        return _cuda.device_compute_capability(0)  # the builder uses the current (first visible) device
+    except (_cuda.CudaCallError, _cuda.CudaUnavailable) as e:
+        raise BuildError(f"cannot read the GPU's compute capability for the timing cache: {e}") from e

@@ -15,7 +15,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
+from orchestrator.core.artifact import ONNX_ENGINE_MEDIA_TYPE
 from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
@@ -27,15 +28,6 @@ LOG_NAME = "build.log"
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-
-
-def _installed_version() -> str | None:
-    for dist in ("onnxruntime", "onnxruntime-gpu"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _family(version: str) -> str:
@@ -51,6 +43,12 @@ def _op_histogram(path: Path) -> dict[str, int]:
 
 class OnnxRuntimeBuilder:
     name = "onnxruntime"
+    runtime = "onnxruntime"
+    slug = "ort"
+
+    def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
+        cuda = PROVIDERS["cuda"] in fingerprint.runtime_features(self.runtime)
+        return probe_target(self, fingerprint, device="cuda" if cuda else "cpu")
 
     def capabilities(self, version: str) -> BuilderCapabilities:
         return BuilderCapabilities(
@@ -65,12 +63,15 @@ class OnnxRuntimeBuilder:
                 for p in ("fp16", "bf16", "int8", "fp8")},
             supports_calibrator=False,
             engine_suffix=".onnx",
+            # an optimized ONNX file, not a TensorRT plan: a distinct media type so no TensorRT loader gets one
+            engine_media_type=ONNX_ENGINE_MEDIA_TYPE,
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
         # the fingerprint knows which onnxruntime `import onnxruntime` really gives (with both the CPU and the GPU
-        # package installed, package metadata names the wrong one)
-        installed = fingerprint.onnxruntime or _installed_version()
+        # package installed, package metadata names the wrong one); it is the runner being asked about, which may
+        # not be this machine (a shard's runner check)
+        installed = fingerprint.runtime_version(self.runtime)
         if installed is None:
             return (f"onnxruntime {target.builder_version} is not installed "
                     f"(pip install 'trt-orchestrator[ort]')")
@@ -81,21 +82,12 @@ class OnnxRuntimeBuilder:
         provider = PROVIDERS.get(target.device)
         if provider is None:
             return f"onnxruntime targets need device 'cpu' or 'cuda', not {target.device!r}"
-        providers = fingerprint.onnxruntime_providers or self._providers()
+        providers = fingerprint.runtime_features(self.runtime)
         if provider not in providers:
             return (f"{provider} is not available in this onnxruntime (has: {', '.join(providers) or 'none'}); "
                     + ("install onnxruntime-gpu on a runner with an NVIDIA GPU" if target.device == "cuda"
                        else "reinstall onnxruntime"))
         return None
-
-    @staticmethod
-    def _providers() -> tuple[str, ...]:
-        try:
-            import onnxruntime
-
-            return tuple(onnxruntime.get_available_providers())
-        except Exception:  # a broken install: reported as "no providers" by available()
-            return ()
 
     def build(self, request: BuildRequest) -> BuildResult:
         try:

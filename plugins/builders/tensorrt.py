@@ -19,11 +19,13 @@ from typing import Any, Callable
 import numpy as np
 
 from trt_orchestrator_plugins._trt import timing_cache
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile, \
+    probe_target
 from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import DataSource, Target
 
+from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import config as _trt_config
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
@@ -143,8 +145,6 @@ def calibration_batches(source: DataSource | None, shapes: dict[str, tuple[int, 
 
 def make_entropy_calibrator(trt: Any, batches: list[dict[str, np.ndarray]], cache_file: Path) -> Any:
     """An ``IInt8EntropyCalibrator2`` feeding ``batches`` from device buffers, caching scales in ``cache_file``."""
-    from trt_orchestrator_plugins.runtimes import _cuda
-
     class _EntropyCalibrator(trt.IInt8EntropyCalibrator2):
         def __init__(self) -> None:
             trt.IInt8EntropyCalibrator2.__init__(self)
@@ -218,6 +218,11 @@ def _timing_cache_merge(config: Any) -> Callable[[bytes], bytes]:
 
 class TensorRTBuilder:
     name = "tensorrt"
+    runtime = "tensorrt"
+    slug = "trt"
+
+    def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
+        return probe_target(self, fingerprint)
 
     def capabilities(self, version: str) -> BuilderCapabilities:
         return _trt_config.capabilities(version, "tensorrt")
@@ -276,7 +281,7 @@ class TensorRTBuilder:
 
             cache_file = None
             if plan.use_timing_cache:
-                cc = _local_cc()
+                cc = timing_cache.building_gpu_cc()
                 cache_file = timing_cache.cache_path(request.cache_dir, cc, version)
                 cache = config.create_timing_cache(timing_cache.load(cache_file))
                 config.set_timing_cache(cache, False)
@@ -324,16 +329,6 @@ class TensorRTBuilder:
             log("warning: the engine inspector returned non-JSON text; saved as is")
         path.write_text(text)
         return path
-
-
-def _local_cc() -> str:
-    """The building GPU's compute capability (timing caches are per CC)."""
-    from trt_orchestrator_plugins.runtimes import _cuda
-
-    try:
-        return _cuda.device_compute_capability(0)  # the builder uses the current (first visible) device
-    except (_cuda.CudaCallError, _cuda.CudaUnavailable) as e:
-        raise BuildError(f"cannot read the GPU's compute capability for the timing cache: {e}") from e
 
 
 builder = TensorRTBuilder()

@@ -20,12 +20,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
 from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 
-from trt_orchestrator_plugins._onnx.io import read_plan_header
+from trt_orchestrator_plugins._trt.plan_header import read_header
 
 DISTRIBUTION = "tensorrt-rtx"
 MODULE = "tensorrt_rtx"
@@ -222,6 +222,11 @@ class TensorRtxBuilder:
     """Builds one strongly typed TensorRT-RTX AOT engine per request."""
 
     name = "tensorrt-rtx"
+    runtime = "tensorrt-rtx"
+    slug = "rtx"
+
+    def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
+        return probe_target(self, fingerprint)
 
     def capabilities(self, version: str) -> BuilderCapabilities:
         reason = {p: _NO_FLAG.format(v=version, p=p.upper()) + f"; use precision via 'transform' for {p}"
@@ -288,7 +293,7 @@ class TensorRtxBuilder:
             "precision": request.precision.name,
             "precision_via": "native" if request.native_precision
             else ("transform" if request.precision.name != "fp32" else "none"),
-            "plan_header": read_plan_header(plan[:28]),
+            "plan_header": read_header(bytes(plan[:64])).to_json(),
             "engine_bytes": len(plan),
             "layer_info": source,
             "layer_info_skipped": skipped,

@@ -19,13 +19,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile
-from orchestrator.core.compat import parse_version
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile, \
+    probe_target
+from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import timing_cache
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
 LAYER_INFO_FILE = "layer_info.json"
@@ -199,6 +201,11 @@ def probe_version(executable: str) -> str | None:
 
 class TrtexecBuilder:
     name = "trtexec"
+    runtime = "tensorrt"  # trtexec writes plain TensorRT plans
+    slug = "trtexec"
+
+    def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
+        return probe_target(self, fingerprint)
 
     def capabilities(self, version: str) -> BuilderCapabilities:
         return _trt_config.capabilities(version, "tensorrt", calibrator=False)
@@ -226,10 +233,7 @@ class TrtexecBuilder:
         out_dir.mkdir(parents=True, exist_ok=True)
         cache_file = None
         if request.options.timing_cache:
-            from trt_orchestrator_plugins._trt import timing_cache
-            from trt_orchestrator_plugins.builders.tensorrt import _local_cc
-
-            cache_file = timing_cache.cache_path(request.cache_dir, _local_cc(), version)
+            cache_file = timing_cache.cache_path(request.cache_dir, timing_cache.building_gpu_cc(), version)
             cache_file.parent.mkdir(parents=True, exist_ok=True)
         cmd = trtexec_command(version, request, executable=exe, timing_cache_file=cache_file)
         log_path = out_dir / LOG_FILE
@@ -267,7 +271,6 @@ class TrtexecBuilder:
 def _maybe_lock(cache_file: Path | None):
     if cache_file is None:
         return contextlib.nullcontext()
-    from trt_orchestrator_plugins._trt import timing_cache
     return timing_cache.lock_for(cache_file)
 
 

@@ -18,17 +18,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Sequence, get_args
+from typing import Iterable, Sequence
 
 import yaml
 
-from orchestrator.contracts.builder import BuilderCapabilities, TargetKind
+from orchestrator.core.plan import Plan
 from orchestrator.errors import CIError
-from orchestrator.core.model import PRECISIONS, Manifest
-from orchestrator.core.plan import MAX_MATRIX, Plan, plan_against
-from orchestrator.core.resolve import ResolveInputs, resolve
 
 WORKFLOW_PATH = ".github/workflows/engines.yml"
+MAX_MATRIX = 256  # GitHub Actions' limit of jobs per matrix
 ACTIONLINT_CONFIG_PATH = ".github/actionlint.yaml"
 # Repo-relative manifest paths end up in `paths:` filters (globs) and env: keep them to plain path characters.
 _SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]+")
@@ -126,12 +124,13 @@ def render_actionlint_config(labels: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class GitHubEmitter:
     name: str = "github"
+    max_shards: int | None = MAX_MATRIX
 
     def render(self, plan: Plan, manifests: list[str], *, tool_spec: str = "trt-orchestrator",
                python: str = "3.11", workflow_path: str = WORKFLOW_PATH) -> dict[str, str]:
         """The workflow and `.github/actionlint.yaml`, as {repo-relative path: text}. Same plan, same bytes.
 
-        Pass a plan made against an empty index (``plan_for_workflow``) so the output depends only on the
+        Pass a plan made against an empty index (``orchestrator.app.ci.workflow_plan``) so the output depends only on the
         manifests; the real matrix is computed at run time from the plan the workflow itself makes."""
         if not manifests:
             raise CIError("no manifests given", hint="pass the manifest files the workflow should plan")
@@ -162,46 +161,3 @@ class GitHubEmitter:
 
 
 emitter = GitHubEmitter()
-
-
-def _every_builder_capable(builder: str, version: str) -> BuilderCapabilities:
-    """The workflow covers every label set a manifest names, whether or not that builder plugin is installed
-    where the workflow is generated: cells the real builder cannot do are blocked by the run-time plan."""
-    every = frozenset(PRECISIONS)
-    return BuilderCapabilities(native=every, via_transform=every, target_kinds=frozenset(get_args(TargetKind)),
-                               needs_gpu=False, runs_on="(workflow generation)")
-
-
-def plan_for_workflow(manifests: Sequence[Manifest]) -> Plan:
-    """Resolve and plan against an EMPTY index: the committed workflow must not depend on registry state,
-    on model bytes (digests are placeholders: they change build keys, never label sets) or on plugins."""
-    digests = {m.source.path: "sha256:" + "0" * 64 for manifest in manifests for m in manifest.models}
-    graph = resolve(manifests, ResolveInputs(model_digests=digests), _every_builder_capable)
-    try:
-        return plan_against(graph, {}, "empty")
-    except CIError as e:
-        files = ", ".join(sorted(m.file for m in manifests))
-        raise CIError(f"{e.message} (manifests: {files})",
-                      hint=f"{e.hint}; or group several targets' cells under one label set with "
-                           "`runners.build` shared by the machines that can build them") from e
-
-
-def generate_files(manifest_paths: Sequence[str | Path], repo_root: str | Path, *,
-                   tool_spec: str = "trt-orchestrator", python: str = "3.11",
-                   workflow_path: str = WORKFLOW_PATH) -> dict[str, str]:
-    """What `orchestrate ci github MANIFEST... -o .github/workflows/engines.yml` writes: load, resolve, plan
-    against an empty index, render. Keys are paths relative to ``repo_root``."""
-    from orchestrator.manifest import load_manifests  # edge: YAML loading
-
-    root = Path(repo_root).resolve()
-    files = [Path(p) if Path(p).is_absolute() else root / p for p in manifest_paths]
-    relative = []
-    for f in files:
-        try:
-            relative.append(f.resolve().relative_to(root).as_posix())
-        except ValueError as e:
-            raise CIError(f"manifest {str(f)!r} is outside the repository {str(root)!r}",
-                          hint="the workflow checks the repository out: keep manifests inside it") from e
-    manifests = load_manifests([str(f) for f in files], capabilities=_every_builder_capable)
-    plan = plan_for_workflow(manifests)
-    return emitter.render(plan, relative, tool_spec=tool_spec, python=python, workflow_path=workflow_path)

@@ -93,6 +93,7 @@ def _dump_all(documents: list[dict]) -> str:
 @dataclass(frozen=True)
 class KubernetesEmitter:
     name: str = "k8s-indexed-job"
+    max_shards: int | None = None  # one Indexed Job per label set: no matrix limit
 
     def render(self, plan: Plan, manifests: list[str], *, image: str = "trt-orchestrator:0.1.0",
                name: str = "engines", namespace: str | None = None, output_path: str = OUTPUT_PATH,

@@ -1,9 +1,8 @@
 """The onnxruntime runtime: runs engines made by the ``onnxruntime`` builder (an ORT-optimised ONNX file).
 
-``can_run`` decides from the metadata and the fingerprint only (nothing is imported or deserialised): a CPU
+``can_run`` decides from the engine's descriptor and the fingerprint only (nothing is imported or deserialised): a CPU
 engine runs wherever onnxruntime is installed; a CUDA engine needs a GPU and ``CUDAExecutionProvider``.
-Metadata keys read: ``builder`` (must be ``onnxruntime`` when present) and the engine's device, from
-``device`` or ``target.device`` (``cpu`` when absent).
+It reads the engine's device (``target.device``) and builder version from its descriptor.
 
 Timing (``Session.benchmark``):
 
@@ -23,35 +22,92 @@ Timing (``Session.benchmark``):
 from __future__ import annotations
 
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from orchestrator.errors import GateError
-from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.contracts.runtime import RuntimeOptions, Timing
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
+from orchestrator.core.select import Compat
+from orchestrator.core.versions import parse_version, version_text
+from orchestrator.errors import GateError
 
 NAME = "onnxruntime"
+INSTALL_HINT = "pip install 'trt-orchestrator[ort]'"
 
 
-def _engine_device(metadata: dict) -> str:
-    target = metadata.get("target") if isinstance(metadata.get("target"), dict) else {}
-    return str(metadata.get("device") or target.get("device") or "cpu")
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def probe() -> InstalledRuntime | None:
+    """Version and execution providers of the onnxruntime that ``import onnxruntime`` gives.
+
+    The CPU package's providers are known without importing it (the import costs 0.2-0.5 s on every
+    `orchestrate build`). With the GPU package installed the module itself is asked: with both packages present
+    the metadata names the wrong one (seen on the lent H200: metadata 1.30.0 CPU, module 1.31.1 GPU)."""
+    cpu, gpu = _dist_version("onnxruntime"), _dist_version("onnxruntime-gpu")
+    if cpu is None and gpu is None:
+        return None
+    if gpu is None:
+        return InstalledRuntime(str(cpu), ("CPUExecutionProvider",))
+    try:
+        import onnxruntime
+
+        return InstalledRuntime(onnxruntime.__version__, tuple(onnxruntime.get_available_providers()))
+    except Exception:  # a broken install must not stop `doctor`: report the metadata version, no providers
+        return InstalledRuntime(gpu, ())
+
+
+def check_onnxruntime(engine: EngineDescriptor, fp: RunnerFingerprint) -> Compat:
+    """An onnxruntime engine (an optimized ONNX file) on this runner: onnxruntime installed, same major.minor as
+    the builder's; a CUDA engine also needs a GPU and the CUDAExecutionProvider."""
+    device = engine.target.device
+    installed = fp.runtime_version(NAME)
+    providers = fp.runtime_features(NAME)
+    if installed is None:
+        return Compat.no(f"onnxruntime is not installed on this runner: {INSTALL_HINT}")
+    want = parse_version(engine.builder_version)[:2]
+    have = parse_version(installed)[:2]
+    if want != have:
+        return Compat.no(f"built for onnxruntime {version_text(want)}, this runner has {installed} "
+                          "(major.minor must match)")
+    if device == "cuda":
+        if not fp.has_gpu:
+            return Compat.no("an onnxruntime CUDA engine needs an NVIDIA GPU; this runner has none")
+        if "CUDAExecutionProvider" not in providers:
+            return Compat.no("an onnxruntime CUDA engine needs the CUDAExecutionProvider; this runner's "
+                              f"onnxruntime offers {', '.join(providers) or 'no providers'} "
+                              "(install onnxruntime-gpu)")
+        return Compat.yes("onnxruntime CUDA engine on a GPU with CUDAExecutionProvider", 200)
+    if device != "cpu":
+        return Compat.no(f"unknown onnxruntime device {device!r} (expected cpu or cuda)")
+    return Compat.yes("onnxruntime CPU engine", 300)
+
+
 
 
 class OnnxRuntimeRuntime:
     name = NAME
+    slug = "ort"
 
-    def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
-        # one rule book for gates and pull: orchestrator.core.compat (device, provider, ort version)
-        from orchestrator.core.compat import check
+    def probe(self) -> InstalledRuntime | None:
+        return probe()
 
-        verdict = check(metadata, fingerprint)
-        return None if verdict.ok else verdict.reason
+    def can_run(self, engine: EngineDescriptor, fingerprint: RunnerFingerprint) -> Compat:
+        return check_onnxruntime(engine, fingerprint)
 
-    def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> "OrtSession":
-        device = "cuda" if options.device == "cuda" or _engine_device(metadata) in ("cuda", "gpu") else "cpu"
+    def verify_engine(self, engine_path: Path, engine: EngineDescriptor) -> str | None:
+        return None  # an ONNX file has no plan header; the store verified its digest
+
+    def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> "OrtSession":
+        device = "cuda" if options.device == "cuda" or engine.target.device in ("cuda", "gpu") else "cpu"
         return OrtSession(Path(engine_path), device)
 
 

@@ -12,20 +12,20 @@ device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_
 from __future__ import annotations
 
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from orchestrator.core import compat
-
-from trt_orchestrator_plugins._trt import plan_header as engine_header
-from orchestrator.errors import GateError
-from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.contracts.runtime import RuntimeOptions, Timing
-
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
+from orchestrator.core.select import Compat
+from orchestrator.errors import GateError
+from trt_orchestrator_plugins._trt import compat, plan_header
 from trt_orchestrator_plugins._trt.config import memory_api
-from trt_orchestrator_plugins.runtimes import _cuda
+from trt_orchestrator_plugins import _cuda
 
 
 class _RuntimeLog:
@@ -204,14 +204,28 @@ class TensorRTRuntime:
     """Loads TensorRT plans. Subclasses change the module, the preflight and the context creation."""
 
     name = "tensorrt"
+    slug = "trt"
     module = "tensorrt"
-    flavour = "tensorrt"
+    flavour: plan_header.Flavour = "tensorrt"
     label = "TensorRT"
     missing = "TensorRT (tensorrt) is not installed: its wheels come only from NVIDIA's index"
+    distributions: tuple[str, ...] = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-libs")
 
-    def can_run(self, metadata: dict, fingerprint: RunnerFingerprint) -> str | None:
-        verdict = compat.check(metadata, fingerprint)
-        return None if verdict.ok else verdict.reason
+    def probe(self) -> InstalledRuntime | None:
+        """The installed version from package metadata (no import: TensorRT's import loads CUDA)."""
+        for name in self.distributions:
+            try:
+                return InstalledRuntime(metadata.version(name))
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    def can_run(self, engine: EngineDescriptor, fingerprint: RunnerFingerprint) -> Compat:
+        return compat.check_tensorrt(engine, fingerprint, self.name)
+
+    def verify_engine(self, engine_path: Path, engine: EngineDescriptor) -> str | None:
+        header = plan_header.read_header_file(engine_path)
+        return plan_header.check_header(header, self.flavour, engine.builder_version)
 
     def import_module(self) -> Any:
         try:
@@ -219,32 +233,33 @@ class TensorRTRuntime:
         except (ImportError, OSError) as e:
             raise GateError(f"{self.missing} ({type(e).__name__}: {e})") from e
 
-    def load(self, engine_path: Path, metadata: dict, options: RuntimeOptions) -> TensorRTSession:
+    def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> TensorRTSession:
         data = Path(engine_path).read_bytes()
-        why = engine_header.check_header(engine_header.read_header(data[: engine_header.HEADER_BYTES]), metadata)
+        why = plan_header.check_header(plan_header.read_header(data[: plan_header.HEADER_BYTES]), self.flavour,
+                                       engine.builder_version)
         if why:
             raise GateError(f"{engine_path}: {why}")
         trt = self.import_module()
         log = _RuntimeLog()
         runtime = trt.Runtime(_logger(trt, log))
         self.preflight(trt, runtime, data, engine_path, log)
-        if (metadata.get("target") or {}).get("version_compatible"):
+        if engine.target.version_compatible:
             # VC engines carry their lean runtime as host code; allowed only for plans we published ourselves.
             runtime.engine_host_code_allowed = True
-        engine = runtime.deserialize_cuda_engine(data)
-        if engine is None:
+        plan = runtime.deserialize_cuda_engine(data)
+        if plan is None:
             raise GateError(f"{self.label} {trt.__version__} could not deserialize {engine_path}:\n{log.tail()}")
         try:
             stream = _cuda.Stream()
-            context, activation, on_close = self.create_context(trt, engine, options, metadata)
-            if engine.num_optimization_profiles > 1 or options.profile_index:
+            context, activation, on_close = self.create_context(trt, plan, options, engine)
+            if plan.num_optimization_profiles > 1 or options.profile_index:
                 if not context.set_optimization_profile_async(options.profile_index, stream.handle):
                     raise GateError(f"{engine_path}: cannot select optimization profile {options.profile_index} "
-                                    f"(engine has {engine.num_optimization_profiles})")
+                                    f"(engine has {plan.num_optimization_profiles})")
                 stream.synchronize()
         except (_cuda.CudaCallError, _cuda.CudaUnavailable) as e:
             raise GateError(f"{engine_path}: {e}") from e
-        return TensorRTSession(trt, engine, context, activation, stream,
+        return TensorRTSession(trt, plan, context, activation, stream,
                                label=f"{self.label} {engine_path.name}", on_close=on_close)
 
     # -- hooks -------------------------------------------------------------------------------------------------
@@ -252,7 +267,7 @@ class TensorRTRuntime:
         """TensorRT proper has no pre-load validity API (reference §5): the header check above is all."""
 
     def create_context(self, trt: Any, engine: Any, options: RuntimeOptions,
-                       metadata: dict) -> tuple[Any, _cuda.DeviceBuffer, Callable[[Any], None] | None]:
+                       descriptor: EngineDescriptor) -> tuple[Any, _cuda.DeviceBuffer, Callable[[Any], None] | None]:
         """(context, activation memory we own, what to do when the session closes)."""
         api = memory_api(trt.__version__, self.flavour)  # type: ignore[arg-type]
         if api == "device_memory_size_v2":

@@ -18,11 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trt_orchestrator_plugins._trt import timing_cache
-from orchestrator.errors import GateError
 from orchestrator.contracts.runtime import RuntimeOptions
-
-from trt_orchestrator_plugins.runtimes import _cuda
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.select import Compat
+from orchestrator.errors import GateError
+from trt_orchestrator_plugins._trt import compat, timing_cache
+from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins.runtimes.tensorrt import TensorRTRuntime, _RuntimeLog
 
 
@@ -43,10 +45,15 @@ def invalidity_names(trt: Any, mask: int) -> list[str]:
 
 class TensorRTRTXRuntime(TensorRTRuntime):
     name = "tensorrt-rtx"
+    slug = "rtx"
     module = "tensorrt_rtx"
     flavour = "tensorrt-rtx"
+    distributions = ("tensorrt-rtx", "tensorrt_rtx")
     label = "TensorRT-RTX"
     missing = "TensorRT-RTX (tensorrt_rtx) is not installed: pip install 'trt-orchestrator[rtx]'"
+
+    def can_run(self, engine: EngineDescriptor, fingerprint: RunnerFingerprint) -> Compat:
+        return compat.check_rtx(engine, fingerprint, self.name)
 
     def preflight(self, trt: Any, runtime: Any, data: bytes, engine_path: Path, log: _RuntimeLog) -> None:
         try:
@@ -65,7 +72,7 @@ class TensorRTRTXRuntime(TensorRTRuntime):
         if validity == trt.EngineValidity.SUBOPTIMAL:
             log.lines.append(f"engine validity SUBOPTIMAL: {', '.join(invalidity_names(trt, int(diagnostics)))}")
 
-    def create_context(self, trt: Any, engine: Any, options: RuntimeOptions, metadata: dict):
+    def create_context(self, trt: Any, engine: Any, options: RuntimeOptions, descriptor: EngineDescriptor) -> Any:
         config = engine.create_runtime_config()
         cache = cache_file = None
         if options.cache_dir is not None:

@@ -58,19 +58,6 @@ def start_writeback(fd: int, offset: int, n: int) -> None:
         _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
-    """``(hex digest, size)`` of a file, read in 4 MiB chunks."""
-    h = hashlib.sha256()
-    size = 0
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-            size += n
-    return h.hexdigest(), size
-
-
 class StagedHasher:
     """sha256 of a file being written sequentially, computed in a second thread.
 

@@ -38,8 +38,6 @@ INDEX_FORMAT = 1
 LOCK_TIMEOUT_S = 300.0
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
-# Labels ``find(labels=...)`` understands: label -> how to read it from an index artifact record.
-LABELS = ("precision", "profile_set", "target", "builder", "builder_version", "gate_status")
 
 
 def normalize_digest(digest: str) -> str:
@@ -256,37 +254,12 @@ class LocalStore:
                 hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
         commit(tmp, dest)
 
-    def find(self, *, address: str | None = None, model: str | None = None, version: str | None = None,
-             labels: dict | None = None) -> list[StoredArtifact]:
+    def records(self, model: str | None = None) -> list[StoredArtifact]:
+        """Newest first (publish order); only ``model``'s when given."""
         index = self.index().data
-        labels = dict(labels or {})
-        unknown = sorted(set(labels) - set(LABELS))
-        if unknown:
-            raise StoreError(f"unknown label(s) {', '.join(unknown)}", hint=f"labels: {', '.join(LABELS)}")
-        if version == "latest":
-            if model is None:
-                raise StoreError("version 'latest' needs a model name")
-            version = index["models"].get(model, {}).get("latest")
-            if version is None:
-                return []
-        hits = []
-        for bk, rec in index["artifacts"].items():
-            if address is not None and rec["address"] != address:
-                continue
-            if model is not None and rec["model"] != model:
-                continue
-            if version is not None and rec["version"] != version:
-                continue
-            if any(str(rec.get(k)) != str(v) for k, v in labels.items()):
-                continue
-            hits.append((rec["seq"], bk))
-        # newest first
-        return [self._stored(self._read_meta(bk)) for _, bk in sorted(hits, reverse=True)]
-
-    def list(self) -> Iterator[StoredArtifact]:
-        index = self.index().data
-        for _, bk in sorted((rec["seq"], bk) for bk, rec in index["artifacts"].items()):
-            yield self._stored(self._read_meta(bk))
+        hits = sorted(((rec["seq"], bk) for bk, rec in index["artifacts"].items()
+                       if model is None or rec["model"] == model), reverse=True)
+        return [self._stored(self._read_meta(bk)) for _, bk in hits]
 
     # ---- maintenance -------------------------------------------------------------------------------------
     def _rebuild(self) -> dict:

@@ -54,7 +54,8 @@ from orchestrator.metadata import (
 )
 from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
 
-from trt_orchestrator_plugins.stores._atomic import atomic_writer, sha256_file
+from orchestrator.digests import hash_file
+from trt_orchestrator_plugins.stores._atomic import atomic_writer
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 LOG_MEDIA_TYPE = "application/vnd.trt-orchestrator.log.v1+text"
@@ -433,7 +434,7 @@ class OciStore:
         attachments = []
         for role, path in ([("log", files.log)] if files.log else []) + [("extra", p) for p in files.extra]:
             path = Path(path)
-            hexdigest, size = sha256_file(path)
+            hexdigest, size = hash_file(str(path))[0].split(":", 1)[1], path.stat().st_size
             digest = f"sha256:{hexdigest}"
             self._retrying(f"uploading {path.name} of {address}",
                            lambda: self._upload_blob(repo, path, digest, size, what=address))
@@ -482,42 +483,15 @@ class OciStore:
                        lambda: self._download_blob(art.repo, digest, Path(dest), address))
         return self._stored(art)
 
-    def find(self, *, address: str | None = None, model: str | None = None, version: str | None = None,
-             labels: dict | None = None) -> list[StoredArtifact]:
+    def records(self, model: str | None = None) -> list[StoredArtifact]:
+        """Newest first. One repository per model, so asking for a model reads only that repository."""
         repos = None
         if model is not None:
             repos = [r for r in self._repositories() if r == self._repo(model)]
-        arts = self._list_artifacts(repos)
-        if version == "latest":
-            if model is None:
-                raise StoreError("version 'latest' needs a model name")
-            version = OciIndex(arts).latest_version(model)
-            if version is None:
-                return []
-        label_ann = {"precision": "precision", "profile_set": "profile", "builder": "builder",
-                     "builder_version": "builder-version", "target": "target"}
-        unknown = sorted(set(labels or {}) - set(label_ann))
-        if unknown:
-            raise StoreError(f"unknown label(s) {', '.join(unknown)}", hint=f"labels: {', '.join(label_ann)}")
-        hits = []
-        for a in arts:
-            ann = a.annotations
-            if address is not None and ann.get(ANN + "address") != address:
-                continue
-            if model is not None and ann.get(ANN + "model") != model:
-                continue
-            if version is not None and ann.get(ANN + "version") != version:
-                continue
-            if any(ann.get(ANN + label_ann[k]) != str(v) for k, v in (labels or {}).items()):
-                continue
-            hits.append(a)
-        hits.sort(key=lambda a: a.annotations.get(ANN + "published-at", ""), reverse=True)
-        return [self._stored(a) for a in hits]
-
-    def list(self) -> Iterator[StoredArtifact]:
-        arts = sorted(self._list_artifacts(), key=lambda a: a.annotations.get(ANN + "published-at", ""))
-        for a in arts:
-            yield self._stored(a)
+        arts = sorted(self._list_artifacts(repos), key=lambda a: a.annotations.get(ANN + "published-at", ""),
+                      reverse=True)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(self._stored, arts))
 
     def delete(self, digests: Iterable[str]) -> int:
         """Delete the manifests of artifacts with these engine digests (their tags go with them); the

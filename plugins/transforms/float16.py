@@ -73,6 +73,9 @@ def _version(dist: str) -> str | None:
 class FloatConversion:
     """One transform object per low-precision float type."""
 
+    # distributions whose versions change this transform's output (they go into transform keys)
+    tools = ("onnx", "onnxconverter-common")
+
     def __init__(self, kind: LowType) -> None:
         self.kind = kind
 

@@ -21,7 +21,7 @@ from orchestrator.contracts.builder import TransformRequest
 from orchestrator.errors import BuildError
 from orchestrator.core.model import PrecisionSpec
 
-from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
+from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, load_model, model_bytes, save_model
 from trt_orchestrator_plugins._onnx.data import iter_samples
 
 EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
@@ -47,8 +47,6 @@ def _at_least_opset13(path: Path, tmp: Path, large: bool) -> tuple[Path, int | N
     the ONNX version converter (it rewrites ops whose signature changed, e.g. Squeeze/ReduceSum axes)."""
     import onnx
     from onnx import version_converter
-
-    from trt_orchestrator_plugins._onnx.io import load_model, save_model
 
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -79,6 +77,8 @@ def _reader(samples: list[dict]):
 
 class Int8QdqTransform:
     kind = "int8-qdq"
+    # distributions whose versions change this transform's output (they go into transform keys)
+    tools = ("onnx", "onnxruntime")
 
     def settings(self, precision: PrecisionSpec) -> dict:
         return {

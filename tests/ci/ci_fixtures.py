@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import orchestrator.manifest  # noqa: F401  (import order: the manifest package before builders)
+from orchestrator.app import ci as app_ci
 from orchestrator.manifest import load_manifests
 from orchestrator.core.model import (
     GateSettings,
@@ -71,12 +72,17 @@ def write_manifest(directory: Path, name: str, models: list[dict], targets: list
 
 
 def load(*paths: Path):
-    # The emitter's own capabilities: every builder can do everything, so tests do not need builder plugins.
-    return load_manifests([str(p) for p in paths], capabilities=github._every_builder_capable)
+    # The workflow's own capabilities: every builder can do everything, so tests do not need builder plugins.
+    return load_manifests([str(p) for p in paths], capabilities=app_ci.every_builder_capable)
+
+
+def plan_for_workflow(manifests):
+    """The plan a committed GitHub workflow is rendered from (empty registry, GitHub's matrix limit)."""
+    return app_ci.workflow_plan(manifests, max_shards=github.MAX_MATRIX)
 
 
 def plan_of(*paths: Path):
-    return github.plan_for_workflow(load(*paths))
+    return plan_for_workflow(load(*paths))
 
 
 # -- hostile plans from the typed model -----------------------------------------------------------------------

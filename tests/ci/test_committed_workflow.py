@@ -1,5 +1,5 @@
 """The committed engine workflow is exactly what `orchestrate ci github manifests/demo.yaml manifests/fleet.yaml
--o .github/workflows/engines.yml` generates (same code path: ``generate_files``), byte for byte, and it lints."""
+-o .github/workflows/engines.yml` generates (same code path: ``orchestrator.app.ci.workflow_files``), byte for byte, and it lints."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ManifestError
-from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH, generate_files
+from orchestrator.app.ci import workflow_files
+from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH
 
 from .ci_fixtures import REPO, actionlint, check_jsonschema
 
@@ -27,7 +28,7 @@ def generated() -> dict[str, str]:
     if missing:
         pytest.skip(f"manifests not in the repository yet: {', '.join(missing)}")
     try:
-        return generate_files(list(MANIFESTS), REPO, tool_spec=TOOL_SPEC)
+        return workflow_files("github", list(MANIFESTS), REPO, tool_spec=TOOL_SPEC)
     except ManifestError as e:
         if any("model file not found" in p.message for p in e.problems):
             pytest.skip("the manifests' model files are not fetched (the loader checks they exist): "
@@ -50,4 +51,4 @@ def test_committed_workflow_lints(generated):
 
 
 def test_generation_is_byte_stable(generated):
-    assert generate_files(list(reversed(MANIFESTS)), REPO, tool_spec=TOOL_SPEC) == generated
+    assert workflow_files("github", list(reversed(MANIFESTS)), REPO, tool_spec=TOOL_SPEC) == generated

@@ -20,6 +20,7 @@ from .ci_fixtures import (
     hostile_manifest,
     load,
     model_entry,
+    plan_for_workflow,
     plan_of,
     run_scripts,
     trt_target,
@@ -27,7 +28,7 @@ from .ci_fixtures import (
 )
 from orchestrator import plugins
 from orchestrator.errors import CIError
-from orchestrator.core.plan import MAX_MATRIX
+from trt_orchestrator_plugins.ci.github import MAX_MATRIX
 from trt_orchestrator_plugins.ci import github
 from trt_orchestrator_plugins.ci.github import ACTIONLINT_CONFIG_PATH, WORKFLOW_PATH, emitter
 
@@ -148,7 +149,7 @@ def test_static_content_depends_only_on_label_sets(tmp_path):
 
 
 def test_hostile_names_and_labels_never_reach_a_script(tmp_path):
-    plan = github.plan_for_workflow([hostile_manifest()])
+    plan = plan_for_workflow([hostile_manifest()])
     files = render(plan)
     text = files[WORKFLOW_PATH]
     scripts = run_scripts(text)
@@ -223,7 +224,7 @@ def test_more_label_sets_than_one_matrix_holds_is_an_error_with_a_way_out(tmp_pa
     targets = [trt_target(f"t{i}", "8.9", ["gpu", f"runner-{i}"], version=f"10.{i}.0.0") for i in range(300)]
     manifests = load(write_manifest(tmp_path, "huge.yaml", models, targets))
     with pytest.raises(CIError) as info:
-        github.plan_for_workflow(manifests)
+        plan_for_workflow(manifests)
     err = info.value
     assert "300 distinct runner label sets" in err.message and "huge.yaml" in err.message
     assert "split the manifests" in err.hint and "same runner labels" in err.hint
@@ -258,7 +259,7 @@ def test_matrix_holds_only_shard_ids_and_runs_on_labels(fleet, tmp_path):
 
 
 def test_matrix_outputs_are_single_lines_even_for_hostile_labels(tmp_path):
-    plan = github.plan_for_workflow([hostile_manifest()])
+    plan = plan_for_workflow([hostile_manifest()])
     outputs = run_matrix_script(tmp_path, plan)  # one name=value per line, or the split above fails
     matrix = json.loads(outputs["matrix"])["include"]
     assert {tuple(e["labels"]) for e in matrix} == {tuple(github.runs_on(s.build_labels)) for s in plan.shards}

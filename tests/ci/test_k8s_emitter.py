@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .ci_fixtures import HOSTILE, HOSTILE_LABELS, hostile_manifest, model_entry, plan_of, trt_target, write_manifest
+from .ci_fixtures import (HOSTILE, HOSTILE_LABELS, hostile_manifest, model_entry, plan_for_workflow, plan_of, trt_target,
+                          write_manifest)
 from orchestrator import plugins
 from orchestrator.errors import CIError
 from trt_orchestrator_plugins.ci import github
@@ -110,7 +111,7 @@ def test_same_plan_same_bytes(plan):
 
 
 def test_hostile_names_stay_out_of_the_script_and_labels_are_refused():
-    plan = github.plan_for_workflow([hostile_manifest()])
+    plan = plan_for_workflow([hostile_manifest()])
     with pytest.raises(CIError, match="cannot be a Kubernetes node label") as info:
         emitter.render(plan, ["manifests/hostile.yaml"])
     assert "letters, digits" in info.value.hint

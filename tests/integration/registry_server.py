@@ -132,12 +132,13 @@ def make_artifact(directory: Path, *, model: str = "ocr-det", version: str = "4.
 
     from orchestrator.core.fingerprint import RunnerFingerprint
     from orchestrator.core.model import Target, target_slug
-    from orchestrator.metadata import EngineFile, GateSummary, build_metadata
     from orchestrator.contracts.store import ArtifactFiles
+    from orchestrator.metadata import ENGINE_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE, GateSummary, engine_file, new_metadata
 
     target = Target(name=f"sm{cc.replace('.', '')}", builder=builder, builder_version=builder_version,
                     compute_capabilities=(cc,) if builder != "onnxruntime" else (),
-                    device="gpu" if builder != "onnxruntime" else "cpu")
+                    device="gpu" if builder != "onnxruntime" else "cpu",
+                    builder_slug={"tensorrt": "trt", "tensorrt-rtx": "rtx", "onnxruntime": "ort"}.get(builder, builder))
     address = f"{model}/{precision}/{profile_set}@{target_slug(target)}"
     key_inputs = {"model": model, "version": version, "precision": precision, "profile_set": profile_set,
                   "cc": cc, "builder": builder, "builder_version": builder_version, "salt": salt}
@@ -159,11 +160,12 @@ def make_artifact(directory: Path, *, model: str = "ocr-det", version: str = "4.
     if log:
         log_path = directory / f"{build_key[:12]}.log"
         log_path.write_text(f"[I] building {address}\n[I] done\n")
-    meta = build_metadata(
+    meta = new_metadata(
         address=address, model_name=model, model_version=version, model_digest="sha256:" + "a" * 64,
         precision=precision, profile_set=profile_set, profiles=(profile_set,), target=target,
         builder_version=builder_version, build_key=build_key, key_inputs=key_inputs,
-        engine=EngineFile.from_path(engine, builder=builder),
+        engine=engine_file(engine, media_type=ONNX_ENGINE_MEDIA_TYPE if builder == "onnxruntime" else ENGINE_MEDIA_TYPE),
+        runtime=builder,
         runner=RunnerFingerprint(os="linux", arch="x86_64"),
         gates=GateSummary(status="pending", ungated_publish_allowed=True),
         timings={"build_seconds": 1.0}, manifest_path="manifests/demo.yaml", git_commit=None,

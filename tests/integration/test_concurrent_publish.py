@@ -70,7 +70,7 @@ def test_eight_processes_to_local_store(tmp_path):
     assert index["seq"] == len(keys)  # each build key added to the index exactly once
     assert {p.stem for p in (root / "meta").glob("*.json")} == keys
     assert {e.digest for e in store.index().latest_by_address().values()} <= digests
-    assert len(store.index().latest_by_address()) == len({m.metadata["address"] for m in store.list()}) == 6
+    assert len(store.index().latest_by_address()) == len({m.metadata["address"] for m in store.records()}) == 6
     engine_blobs = {f"sha256:{p.name}" for p in store.blobs.iterdir()} - {
         a["digest"] for bk in keys for a in store._read_meta(bk).get("attachments", [])}
     assert engine_blobs == digests  # nothing orphaned, nothing missing

@@ -14,8 +14,14 @@ from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreErro
 from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import InvalidMetadataError
 from trt_orchestrator_plugins.stores.local import LocalStore
+from orchestrator.core.query import select
 
 pytestmark = pytest.mark.integration
+
+def find(store, **criteria):
+    """The one query semantics every store shares (``core.query.select``) over the store's records."""
+    return select(store.records(criteria.get("model")), lambda a: a.metadata, **criteria)
+
 
 
 @pytest.fixture
@@ -33,7 +39,7 @@ def test_publish_then_pull_by_address_and_by_digest(store, tmp_path):
     hexes = sorted(p.name for p in store.blobs.iterdir())
     assert hexes == sorted(d.split(":")[1] for d in (stored.digest, stored.metadata["attachments"][0]["digest"]))
 
-    [found] = store.find(address=meta["address"])
+    [found] = find(store, address=meta["address"])
     out = tmp_path / "pulled" / "by-address.plan"
     store.get(found.digest, out)
     assert out.read_bytes() == files.engine.read_bytes()
@@ -55,7 +61,7 @@ def test_republish_is_idempotent(store, tmp_path):
     again = store.put(files)
     assert again == first
     assert store.index().state_token() == token
-    assert len(list(store.list())) == 1
+    assert len(store.records()) == 1
     assert len(list((store.root / "meta").iterdir())) == 1
 
 
@@ -79,15 +85,15 @@ def test_versions_are_immutable_and_latest_moves_only_forward(store, tmp_path):
     v5 = store.put(make_artifact(tmp_path / "c", version="5.0.0"))
     v4c = store.put(make_artifact(tmp_path / "d", version="4.0.0", salt="rebuild"))  # rebuild of the older one
     assert len({a.metadata["build_key"] for a in (v4, v4b, v5, v4c)}) == 4
-    assert [a.metadata["build_key"] for a in store.find(model="ocr-det", version="4.0.0")] == [
+    assert [a.metadata["build_key"] for a in find(store, model="ocr-det", version="4.0.0")] == [
         v4c.metadata["build_key"], v4b.metadata["build_key"], v4.metadata["build_key"]]
-    assert [a.digest for a in store.find(model="ocr-det", version="latest")] == [v5.digest]
+    assert [a.digest for a in find(store, model="ocr-det", version="latest")] == [v5.digest]
     # latest per address: the newest publish for it
     address = v4.metadata["address"]
     assert store.index().latest_by_address()[address].build_key == v4c.metadata["build_key"]
-    assert store.find(model="ocr-det", labels={"precision": "fp32"}) == []
+    assert find(store, model="ocr-det", labels={"precision": "fp32"}) == []
     with pytest.raises(StoreError, match="unknown label"):
-        store.find(labels={"colour": "red"})
+        find(store, labels={"colour": "red"})
 
 
 def test_bad_metadata_and_changed_engine_are_refused(store, tmp_path):

@@ -15,8 +15,14 @@ from orchestrator.errors import IntegrityError, StoreUnavailableError
 from orchestrator.core.model import RegistryConfig
 from orchestrator.metadata import ENGINE_MEDIA_TYPE, METADATA_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE
 from trt_orchestrator_plugins.stores.oci import OciStore
+from orchestrator.core.query import select
 
 pytestmark = pytest.mark.integration
+
+def find(store, **criteria):
+    """The one query semantics every store shares (``core.query.select``) over the store's records."""
+    return select(store.records(criteria.get("model")), lambda a: a.metadata, **criteria)
+
 
 
 def oci(server: RegistryServer, prefix: str) -> OciStore:
@@ -42,7 +48,7 @@ def test_publish_then_pull_by_address_and_by_digest(registry, tmp_path):
     assert ann["io.trt-orchestrator.compute-capabilities"] == "8.9"
     assert ann["io.trt-orchestrator.builder-version"] == "10.13.3.9"
 
-    [found] = store.find(address=meta["address"])
+    [found] = find(store, address=meta["address"])
     assert found.metadata["attachments"][0]["role"] == "log"
     out = tmp_path / "pulled.plan"
     store.get(found.digest, out)
@@ -64,7 +70,7 @@ def test_onnxruntime_engine_media_type_and_idempotent_republish(registry, tmp_pa
     again = oci(registry, "t2").put(files)
     assert again.digest == first.digest and again.location == first.location
     assert oci(registry, "t2").index().state_token() == token
-    assert len(list(store.list())) == 1
+    assert len(store.records()) == 1
     _, manifest = store._get_manifest("t2/cls", "bk-" + files.metadata["build_key"])
     assert manifest["layers"][0]["mediaType"] == ONNX_ENGINE_MEDIA_TYPE
     assert manifest["annotations"]["io.trt-orchestrator.format"] == "onnx"
@@ -75,8 +81,8 @@ def test_versions_and_latest(registry, tmp_path):
     v4 = store.put(make_artifact(tmp_path / "a", version="4.0.0", size=4096))
     v5 = store.put(make_artifact(tmp_path / "b", version="5.0.0", size=4096))
     v4b = store.put(make_artifact(tmp_path / "c", version="4.0.0", salt="rebuild", size=4096))
-    assert [a.digest for a in store.find(model="ocr-det", version="latest")] == [v5.digest]
-    assert {a.digest for a in store.find(model="ocr-det", version="4.0.0")} == {v4.digest, v4b.digest}
+    assert [a.digest for a in find(store, model="ocr-det", version="latest")] == [v5.digest]
+    assert {a.digest for a in find(store, model="ocr-det", version="4.0.0")} == {v4.digest, v4b.digest}
     assert store.index().latest_by_address()[v4.metadata["address"]].build_key == v4b.metadata["build_key"]
 
 

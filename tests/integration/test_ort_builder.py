@@ -11,7 +11,7 @@ import pytest
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
 from orchestrator.errors import BuildError
-from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from trt_orchestrator_plugins.builders.onnxruntime import builder
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install 'trt-orchestrator[ort]')")
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 
 ORT_VERSION = metadata.version("onnxruntime")
 ORT_FAMILY = ".".join(ORT_VERSION.split(".")[:2])
-CPU_ONLY = RunnerFingerprint(os="linux", arch="x86_64", onnxruntime=ORT_VERSION,
-                             onnxruntime_providers=("CPUExecutionProvider",))
+CPU_ONLY = RunnerFingerprint(os="linux", arch="x86_64", runtimes={
+    "onnxruntime": InstalledRuntime(ORT_VERSION, ("CPUExecutionProvider",))})
 
 
 def target(device: str = "cpu", level: str = "all", version: str = ORT_FAMILY) -> Target:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from orchestrator.gates import gate_cases, run_benchmark, run_parity  # noqa: E402
 from orchestrator.gates.inputs import benchmark_inputs  # noqa: E402
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict  # noqa: E402
-from orchestrator.core.fingerprint import RunnerFingerprint  # noqa: E402
+from orchestrator.core.artifact import EngineDescriptor, EngineTarget  # noqa: E402
+from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint  # noqa: E402
 from orchestrator.core.model import (  # noqa: E402
     BenchmarkGate, DataSource, GateSettings, InputSpec, Model, ParityGate, PrecisionSpec, ProfileShapes,
     SourceModel,
@@ -86,7 +88,8 @@ def tiny_model(source: Path, **gate) -> Model:
         classifier_outputs={"logits": 3})
 
 
-META = {"builder": "onnxruntime", "device": "cpu"}
+META = EngineDescriptor(address="tiny/fp32/default@cpu+ort1.31", precision="fp32", builder="onnxruntime",
+                        builder_version="1.31.1", runtime="onnxruntime", target=EngineTarget("cpu", device="cpu"))
 
 
 def load(path: Path):
@@ -107,24 +110,27 @@ def test_plugin_satisfies_the_runtime_protocol():
     assert isinstance(runtime, Runtime) and runtime.name == "onnxruntime"
 
 
-def _meta(device: str, builder: str = "onnxruntime", version: str = "1.31.1") -> dict:
-    return {"builder": {"name": builder, "version": version},
-            "target": {"device": device, "compute_capabilities": [], "hardware_compatibility": "none",
-                       "version_compatible": False}}
+def _meta(device: str, version: str = "1.31.1") -> EngineDescriptor:
+    return replace(META, builder_version=version, target=EngineTarget("t", device=device))
+
+
+def _why_not(engine: EngineDescriptor, fp: RunnerFingerprint) -> str | None:
+    compat = runtime.can_run(engine, fp)
+    return None if compat.ok else compat.reason
 
 
 def test_can_run_decides_from_metadata_and_fingerprint():
-    cpu_only = RunnerFingerprint(os="linux", arch="x86_64", onnxruntime="1.31.1",
-                                 onnxruntime_providers=("CPUExecutionProvider",))
-    assert runtime.can_run(_meta("cpu"), cpu_only) is None
-    assert runtime.can_run(_meta("cuda"), cpu_only) == ("an onnxruntime CUDA engine needs an NVIDIA GPU; "
-                                                        "this runner has none")
+    cpu_only = RunnerFingerprint(os="linux", arch="x86_64", runtimes={
+        "onnxruntime": InstalledRuntime("1.31.1", ("CPUExecutionProvider",))})
+    assert _why_not(_meta("cpu"), cpu_only) is None
+    assert _why_not(_meta("cuda"), cpu_only) == ("an onnxruntime CUDA engine needs an NVIDIA GPU; "
+                                                 "this runner has none")
     gpu = RunnerFingerprint.parse_gpu_spec("sm90", cpu_only)
-    assert "CUDAExecutionProvider" in runtime.can_run(_meta("cuda"), gpu)
-    assert runtime.can_run(_meta("cpu"), RunnerFingerprint(os="linux", arch="x86_64")).startswith(
+    assert "CUDAExecutionProvider" in _why_not(_meta("cuda"), gpu)
+    assert _why_not(_meta("cpu"), RunnerFingerprint(os="linux", arch="x86_64")).startswith(
         "onnxruntime is not installed")
     # an engine optimized by another onnxruntime release is not run here (major.minor must match)
-    assert "major.minor must match" in runtime.can_run(_meta("cpu", version="1.30.0"), cpu_only)
+    assert "major.minor must match" in _why_not(_meta("cpu", version="1.30.0"), cpu_only)
 
 
 def test_fp32_optimised_engine_passes_tight_fp32_tolerances(models):

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import hardware
+from orchestrator import plugins
+from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.fingerprint import RunnerFingerprint
 
 from trt_orchestrator_plugins._trt import plan_header as engine_header
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
 
 def _fingerprint() -> RunnerFingerprint:
-    return hardware.detect()
+    return plugins.fingerprint()
 
 
 def _missing_for_tensorrt() -> list[str]:
@@ -34,7 +35,7 @@ def _missing_for_tensorrt() -> list[str]:
         missing.append("an NVIDIA GPU (NVML found no driver or device)")
     else:
         try:
-            from trt_orchestrator_plugins.runtimes import _cuda
+            from trt_orchestrator_plugins import _cuda
 
             _cuda.cudart()
         except Exception as e:  # CudaUnavailable
@@ -78,10 +79,9 @@ def _tiny_onnx(path: Path) -> Path:
 PROFILE = OptimizationProfile("default", {"x": ((1, 4), (2, 4), (8, 4))})
 
 
-def _metadata(builder: str, version: str, cc: str) -> dict:
-    return {"address": "tiny/fp32/default", "precision": "fp32", "builder": {"name": builder, "version": version},
-            "target": {"compute_capabilities": [cc], "hardware_compatibility": "none", "device": "gpu",
-                       "version_compatible": False}}
+def _metadata(builder: str, version: str, cc: str) -> EngineDescriptor:
+    return EngineDescriptor(address="tiny/fp32/default", precision="fp32", builder=builder, builder_version=version,
+                            runtime=builder, target=EngineTarget("t", compute_capabilities=(cc,)))
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_tensorrt_runtime_runs_and_times_with_cuda_events(tensorrt_engine, tmp_p
     from trt_orchestrator_plugins.runtimes.tensorrt import runtime
 
     meta = _metadata("tensorrt", version, fp.compute_capability)
-    assert runtime.can_run(meta, fp) is None
+    assert runtime.can_run(meta, fp).ok
     session = runtime.load(result.engine_path, meta, RuntimeOptions(device="cuda"))
     try:
         x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
@@ -165,7 +165,8 @@ def test_rtx_runtime_on_this_gpu(rtx_engine):
     from trt_orchestrator_plugins.runtimes.tensorrt_rtx import runtime
 
     meta = _metadata("tensorrt-rtx", version, "8.6")
-    why = runtime.can_run(meta, fp)
+    compat = runtime.can_run(meta, fp)
+    why = None if compat.ok else compat.reason
     if fp.compute_capability != "8.6":
         assert why is not None
         if fp.compute_capability == "9.0":

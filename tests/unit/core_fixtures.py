@@ -73,9 +73,15 @@ def model(name: str = "ocr-det", *, version: str = "1.0.0", path: str | None = N
 def target(name: str = "l4-trt", *, builder: str = "tensorrt", version: str = "10.13.3.9",
            ccs: tuple[str, ...] = ("8.9",), build: tuple[str, ...] = ("self-hosted", "sm89", "trt10.13"),
            gate: tuple[str, ...] = (), options: BuilderOptions | None = None, **kw) -> Target:
+    kw.setdefault("builder_slug", SLUGS.get(builder, builder))
     return Target(name=name, builder=builder, builder_version=version, compute_capabilities=tuple(ccs),
                   runners=RunnerLabels(build=tuple(build), gate=tuple(gate)),
                   options=options or BuilderOptions(), **kw)
+
+
+# The slugs the first-party builder plugins declare (the manifest loader fills Target.builder_slug from them);
+# core tests use literal targets, so they say it themselves.
+SLUGS = {"tensorrt": "trt", "trtexec": "trtexec", "tensorrt-rtx": "rtx", "onnxruntime": "ort"}
 
 
 def rtx_target(name: str = "rtx", *, version: str = "1.2.0.54", ccs: tuple[str, ...] = ("8.6", "8.9"),

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from orchestrator.errors import StoreError
-from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
+from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, Target
 from orchestrator.metadata import (
     ENGINE_MEDIA_TYPE,
@@ -17,6 +17,8 @@ from orchestrator.metadata import (
     GateSummary,
     InvalidMetadataError,
     build_metadata,
+    engine_file,
+    new_metadata,
     index_entry,
     provenance_statement,
     validate_metadata,
@@ -30,7 +32,8 @@ BUILD_KEY = "b" * 64
 TARGET = Target(name="ada", builder="tensorrt", builder_version="10.13.3.9", compute_capabilities=("8.9",),
                 options=BuilderOptions(version_compatible=True))
 RUNNER = RunnerFingerprint(os="linux", arch="x86_64",
-                           gpus=(GpuInfo(0, "NVIDIA L4", "8.9", 23034),), tensorrt="10.13.3.9")
+                           gpus=(GpuInfo(0, "NVIDIA L4", "8.9", 23034),),
+                           runtimes={"tensorrt": InstalledRuntime("10.13.3.9")})
 
 
 def make(**over):
@@ -43,9 +46,10 @@ def make(**over):
         timings={"build_seconds": 12.5, "gate_seconds": 3}, manifest_path="manifests/ocr.yaml",
         git_commit="0123abc", started_on="2026-11-21T10:00:00Z", finished_on="2026-11-21T10:00:12.5Z",
         created_at="2026-11-21T10:00:13Z", calibration_digest=CALIB_DIGEST, invocation_id="urn:uuid:1",
+        runtime="tensorrt",
     )
     args.update(over)
-    return build_metadata(**args)
+    return new_metadata(**args)
 
 
 def test_build_metadata_shape():
@@ -97,7 +101,7 @@ def test_provenance_without_calibration_has_only_the_model():
 def test_onnxruntime_engines_get_the_onnx_media_type(tmp_path):
     p = tmp_path / "m.onnx"
     p.write_bytes(ENGINE)
-    ef = EngineFile.from_path(p, builder="onnxruntime")
+    ef = engine_file(p, media_type=ONNX_ENGINE_MEDIA_TYPE)
     assert ef == EngineFile(f"sha256:{ENGINE_HEX}", len(ENGINE), "m.onnx", ONNX_ENGINE_MEDIA_TYPE)
 
 
@@ -117,7 +121,7 @@ def test_validation_reports_every_problem_with_its_path():
     text = str(exc.value)
     assert text.startswith("metadata of ocr-det/fp16/default@sm89+trt10.13-vc is invalid (5 problems):")
     assert "'surprise' was unexpected" in text
-    assert "hint: build metadata with orchestrator.metadata.build_metadata()" in text
+    assert "hint: build metadata with orchestrator.metadata.new_metadata()" in text
 
 
 def test_provenance_subject_must_name_the_engine_digest():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
-from orchestrator.errors import CIError, PlanError
+from orchestrator.errors import PlanError
 from orchestrator.core.plan import make_shards, plan_against, plan_from_json
 from orchestrator.contracts.store import IndexEntry
 from orchestrator.core.resolve import resolve
@@ -131,20 +131,25 @@ def _label_set_graph(n: int):
                             for i in range(n)]))
 
 
-def test_256_label_sets_fit_one_matrix():
-    assert len(make_shards(_label_set_graph(256).cells)) == 256
+def test_256_label_sets_fit_a_limit_of_256():
+    assert len(make_shards(_label_set_graph(256).cells, max_shards=256)) == 256
 
 
-def test_more_than_256_label_sets_is_a_ci_error():
+def test_more_label_sets_than_the_emitters_limit_is_a_plan_error():
     g = _label_set_graph(257)
-    with pytest.raises(CIError) as e:
-        plan_against(g, {}, "s")
-    assert e.value.message == ("the plan needs 257 distinct runner label sets, more than the 256 jobs one GitHub "
-                               "Actions matrix can hold")
+    with pytest.raises(PlanError) as e:
+        plan_against(g, {}, "s", max_shards=256)
+    assert e.value.message == ("the plan needs 257 distinct runner label sets, more than the 256 jobs the CI "
+                               "emitter can run in one workflow")
     assert e.value.hint.startswith("give targets that run on the same machines the same runner labels")
     # only cells with work count: with one up to date, the rest fits
     first = g.cells[0]
-    assert len(plan_against(g, {first.address: _published(first)}, "s").shards) == 256
+    assert len(plan_against(g, {first.address: _published(first)}, "s", max_shards=256).shards) == 256
+
+
+def test_without_an_emitter_limit_any_number_of_label_sets_plans():
+    # plan, build and Kubernetes users are not bound by GitHub's matrix size
+    assert len(plan_against(_label_set_graph(300), {}, "s").shards) == 300
 
 
 def test_shard_ids_are_unique_even_when_label_slugs_collide():

@@ -36,6 +36,11 @@ def test_unknown_plugin_suggests_a_close_name():
 
 class _NoBuild:
     name = "broken"
+    runtime = "broken-rt"
+    slug = "broken"
+
+    def probe_target(self, fingerprint):
+        return None
 
     def capabilities(self, version):
         return None
@@ -60,7 +65,7 @@ def test_a_plugin_missing_a_hook_is_named_with_the_hook():
         plugins.validate_plugin(plugins.BUILDERS, "broken", _NoBuild())
     assert str(e.value).startswith("plugin 'broken' (entry point group trt_orchestrator.builders): "
                                    "missing required attribute 'build'")
-    assert "capabilities, available, build" in e.value.hint
+    assert "capabilities, available, build, probe_target" in e.value.hint
 
 
 def test_a_hook_that_is_not_callable_is_refused():

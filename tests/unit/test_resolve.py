@@ -342,10 +342,22 @@ def test_every_build_key_is_the_key_of_its_key_inputs():
                  [target(), rtx_target(), ort_target(), target("h", version="11.1.0.8", ccs=("9.0",))], salt="é")
     g = _resolve(m, plugin_libraries={"/p/b.so": "sha256:2", "/p/a.so": "sha256:1"})
     assert len(g.cells) == 20
+    blocked_with_transform = 0
     for c in g.cells:
         assert c.build_key == build_key(c.key_inputs)
         if c.transform_node:
-            assert g.nodes[c.transform_node].key == build_key(c.key_inputs["transform"]) if not c.blocked else True
+            transform_key = build_key(c.key_inputs["transform"])
+            assert c.transform_node.endswith("#" + transform_key[:12])
+            # a transform node is scheduled exactly when an unblocked cell needs it; blocked cells schedule nothing
+            needed = any(o.transform_node == c.transform_node and not o.blocked for o in g.cells)
+            assert (c.transform_node in g.nodes) == needed
+            if needed:
+                assert g.nodes[c.transform_node].key == transform_key
+            if c.blocked:
+                blocked_with_transform += 1
+                assert g.nodes_of(c.address) == []
+    # b/fp8 on the sm86 RTX target is blocked but shares its fp8 Q/DQ transform with the unblocked fp8 cells
+    assert blocked_with_transform == 1
 
 
 def test_a_precision_whose_transform_is_not_installed_is_blocked():

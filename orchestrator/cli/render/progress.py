@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 from orchestrator.run.executor import NodeReport, RunSummary
 from orchestrator.core.graph import Node
@@ -19,7 +20,7 @@ class ProgressView:
         self.quiet = quiet
         self.total = total
         self.progress = None
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
         if self.live:
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                      MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,

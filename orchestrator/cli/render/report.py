@@ -29,7 +29,7 @@ import html
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
 STATUS_COLOURS = {
     "passed": ("#1a7f37", "#dafbe1"),
@@ -259,9 +259,10 @@ def summary_table(cells: Iterable[dict]):
     from rich.table import Table
 
     table = Table(title="Gate results")
-    for name, justify in (("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
-                          ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"),
-                          ("worst abs err", "right")):
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
+        ("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
+        ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"), ("worst abs err", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for cell in cells:
         s = cell_summary(cell)

@@ -48,6 +48,7 @@ def load(repo_root):
     def _load(text: str, name: str = "m.yaml", capabilities=fakes.capabilities):
         path = repo_root / "manifests" / name
         path.write_text(text, encoding="utf-8")
-        return load_manifest(path, capabilities=capabilities, builder_names=fakes.BUILDER_NAMES)
+        return load_manifest(path, capabilities=capabilities, builder_names=fakes.BUILDER_NAMES,
+                             builder_slug=fakes.slug)
 
     return _load

@@ -35,3 +35,11 @@ def capabilities(name: str, version: str) -> BuilderCapabilities | None:
             target_kinds=frozenset({"cpu", "cuda"}), needs_gpu=False, runs_on="anywhere (CPU EP)",
             engine_suffix=".onnx")
     return None
+
+
+SLUGS = {"tensorrt": "trt", "trtexec": "trtexec", "tensorrt-rtx": "rtx", "onnxruntime": "ort"}
+
+
+def slug(builder: str) -> str:
+    """The address slugs the first-party builders declare."""
+    return SLUGS.get(builder, builder)

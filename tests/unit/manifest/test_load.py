@@ -237,7 +237,8 @@ def test_example_manifests_validate_except_for_the_pinned_digests(name, tmp_path
                     reason="demo models not fetched (python scripts/fetch_models.py)")
 def test_example_manifests_load_with_the_real_models():
     demo, fleet = load_manifests([REPO / "manifests" / "demo.yaml", REPO / "manifests" / "fleet.yaml"],
-                                 capabilities=fakes.capabilities, builder_names=fakes.BUILDER_NAMES)
+                                 capabilities=fakes.capabilities, builder_names=fakes.BUILDER_NAMES,
+                                 builder_slug=fakes.slug)
     assert [m.name for m in demo.models] == ["ocr-det", "ocr-rec", "orientation"]
     assert [t.slug for t in demo.targets] == ["sm86+rtx1.7", "sm89-sm120+rtx1.7", "cpu+ort1.31"]
     assert demo.models[2].classifier_outputs == {"fetch_name_0": 1}

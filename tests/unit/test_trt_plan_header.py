@@ -6,7 +6,16 @@ import struct
 
 import pytest
 
-from trt_orchestrator_plugins._trt.plan_header import HEADER_BYTES, PlanHeader, check_header, read_header
+from trt_orchestrator_plugins._trt import plan_header
+from trt_orchestrator_plugins._trt.plan_header import HEADER_BYTES, PlanHeader, read_header
+
+_FLAVOUR = {"tensorrt": "tensorrt", "trtexec": "tensorrt", "tensorrt-rtx": "tensorrt-rtx"}
+
+
+def check_header(header, meta):
+    """As the runtimes call it: their own flavour, the version the metadata records (ONNX engines: no header)."""
+    flavour = _FLAVOUR.get(meta["builder"]["name"])
+    return plan_header.check_header(header, flavour, meta["builder"]["version"]) if flavour else None
 
 
 def _tiny_onnx() -> bytes:

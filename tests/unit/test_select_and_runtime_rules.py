@@ -1,23 +1,42 @@
-"""Can artifact X run on runner Y, and why not: the rules of orchestrator.core.compat, table-driven."""
+"""Can artifact X run on runner Y, and why not: each runtime plugin's own rules (``_trt.compat`` for TensorRT
+and TensorRT-RTX, the onnxruntime runtime's), table-driven through the plugins as ``pull`` reaches them; and the
+one ranking in ``core.select``."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.core.compat import RTX_HOPPER_REASON, check, parse_cc, parse_version, rank_candidates
-from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
+from orchestrator import plugins
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
+from orchestrator.core.select import rank_candidates
+from orchestrator.core.versions import parse_cc, parse_version
+from orchestrator.errors import PluginError
+from trt_orchestrator_plugins._trt.compat import RTX_HOPPER_REASON
 
 
 def runner(cc=None, trt=None, rtx=None, ort=None, providers=()):
     gpus = (GpuInfo(0, "gpu", cc, 24000),) if cc else ()
-    return RunnerFingerprint(os="linux", arch="x86_64", gpus=gpus, tensorrt=trt, tensorrt_rtx=rtx,
-                             onnxruntime=ort, onnxruntime_providers=tuple(providers))
+    runtimes = {}
+    if trt:
+        runtimes["tensorrt"] = InstalledRuntime(trt)
+    if rtx:
+        runtimes["tensorrt-rtx"] = InstalledRuntime(rtx)
+    if ort:
+        runtimes["onnxruntime"] = InstalledRuntime(ort, tuple(providers) or ("CPUExecutionProvider",))
+    return RunnerFingerprint(os="linux", arch="x86_64", gpus=gpus, runtimes=runtimes)
 
 
 def meta(builder, version, ccs=(), hw="none", device="gpu", vc=False, address="m/fp16/default@x"):
     return {"address": address, "precision": "fp16", "builder": {"name": builder, "version": version},
             "target": {"compute_capabilities": list(ccs), "hardware_compatibility": hw, "device": device,
                        "version_compatible": vc}}
+
+
+def check(metadata, fp):
+    """As pull judges a published artifact: its builder names the runtime, that runtime decides."""
+    engine = EngineDescriptor.from_json(metadata, runtime=plugins.runtime_name_of(metadata["builder"]["name"]))
+    return plugins.runtime_for(engine).can_run(engine, fp)
 
 
 TRT = "10.13.3.9"
@@ -76,7 +95,6 @@ CASES = [
      runner("8.9", ort="1.23.2", providers=["CPUExecutionProvider"]), False, "needs the CUDAExecutionProvider"),
     ("ort cuda ok", meta("onnxruntime", "1.23.2", device="cuda"),
      runner("8.9", ort="1.23.2", providers=["CUDAExecutionProvider", "CPUExecutionProvider"]), True, "CUDA"),
-    ("unknown builder", meta("openvino", "2025.1"), runner("8.9"), False, "no compatibility rule"),
 ]
 
 
@@ -85,6 +103,11 @@ def test_rules(name, metadata, fp, ok, reason):
     verdict = check(metadata, fp)
     assert verdict.ok is ok, verdict.reason
     assert reason in verdict.reason
+
+
+def test_an_engine_of_an_unknown_builder_is_refused_by_name():
+    with pytest.raises(PluginError, match="'openvino'.*no such plugin installed"):
+        check(meta("openvino", "2025.1"), runner("8.9"))
 
 
 def test_rtx_hopper_message_is_exact():
@@ -115,17 +138,26 @@ def test_rank_candidates_picks_best_and_lists_rejections():
         ("c", meta("tensorrt", TRT, ["8.6"])),
         ("d", meta("tensorrt-rtx", "1.6.0.20", ["8.6"])),
     ]
-    chosen, rejections = rank_candidates(candidates, fp)
-    assert chosen.id == "c" and chosen.verdict.rank == 0
-    assert [r[0] for r in rejections] == ["a", "d"]
-    assert "this GPU is 8.6" in rejections[0][1]
+    ranking = rank_candidates(candidates, lambda m: check(m, fp))
+    assert ranking.best.id == "c" and ranking.best.compat.rank == 0
+    assert [r[0] for r in ranking.rejected] == ["a", "d"]
+    assert "this GPU is 8.6" in ranking.rejected[0][1]
+    assert [c.id for c in ranking.runners_up] == ["b"]
+    assert ranking.explanations()[-1][0] == "b" and "also compatible, ranked lower" in ranking.explanations()[-1][1]
 
 
-def test_rank_candidates_accepts_metadata_dicts_and_none_fit():
-    chosen, rejections = rank_candidates([meta("tensorrt-rtx", "1.7.1.116", ["8.9"], address="m@rtx")],
-                                         runner("9.0", rtx="1.7.1.116"))
-    assert chosen is None
-    assert rejections == [("m@rtx", RTX_HOPPER_REASON)]
+def test_rank_candidates_none_fit():
+    ranking = rank_candidates([("m@rtx", meta("tensorrt-rtx", "1.7.1.116", ["8.9"]))],
+                              lambda m: check(m, runner("9.0", rtx="1.7.1.116")))
+    assert ranking.best is None
+    assert ranking.rejected == (("m@rtx", RTX_HOPPER_REASON),)
+
+
+def test_rank_ties_keep_input_order():
+    fp = runner("8.9", trt=TRT)
+    ranking = rank_candidates([("first", meta("tensorrt", TRT, ["8.9"])), ("second", meta("tensorrt", TRT, ["8.9"]))],
+                              lambda m: check(m, fp))
+    assert ranking.best.id == "first" and [c.id for c in ranking.runners_up] == ["second"]
 
 
 @pytest.mark.parametrize("text, expected", [("8.6", (8, 6)), ("sm86", (8, 6)), ("SM120", (12, 0)),

@@ -1,0 +1,87 @@
+"""CI generation: resolve and plan what an emitter renders, then hand it the data (emitters never load
+manifests).
+
+Two kinds of plans: a committed workflow (GitHub Actions) must depend only on the manifests, so it is planned
+against an empty registry with placeholder model digests and every builder assumed capable (the run-time plan
+inside the workflow blocks what a real builder cannot do); an emitter that runs the current plan (Kubernetes
+Indexed Jobs) gets the project's real plan. Either way the emitter's own ``max_shards`` bounds the plan.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence, get_args
+
+from orchestrator import plugins
+from orchestrator.app.pipeline import plan as plan_project
+from orchestrator.app.project import Project, display_path, load_manifests
+from orchestrator.atomic import write_bytes_atomic
+from orchestrator.core.capabilities import BuilderCapabilities, TargetKind
+from orchestrator.core.model import PRECISIONS, Manifest
+from orchestrator.core.plan import Plan, plan_against
+from orchestrator.core.resolve import ResolveInputs, resolve
+from orchestrator.errors import CIError, PlanError
+
+
+def every_builder_capable(builder: str, version: str) -> BuilderCapabilities:
+    """The workflow covers every label set a manifest names, whether or not that builder plugin is installed
+    where the workflow is generated: cells the real builder cannot do are blocked by the run-time plan."""
+    every = frozenset(PRECISIONS)
+    return BuilderCapabilities(native=every, via_transform=every, target_kinds=frozenset(get_args(TargetKind)),
+                               needs_gpu=False, runs_on="(workflow generation)")
+
+
+def workflow_plan(manifests: Sequence[Manifest], *, max_shards: int | None) -> Plan:
+    """Resolve and plan against an EMPTY index: the committed workflow must not depend on registry state,
+    on model bytes (digests are placeholders: they change build keys, never label sets) or on plugins."""
+    digests = {m.source.path: "sha256:" + "0" * 64 for manifest in manifests for m in manifest.models}
+    graph = resolve(manifests, ResolveInputs(model_digests=digests), every_builder_capable)
+    try:
+        return plan_against(graph, {}, "empty", max_shards=max_shards)
+    except PlanError as e:
+        files = ", ".join(sorted(m.file for m in manifests))
+        raise CIError(f"{e.message} (manifests: {files})",
+                      hint=f"{e.hint}; or group several targets' cells under one label set with "
+                           "`runners.build` shared by the machines that can build them") from e
+
+
+def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root: str | Path,
+                   **options: Any) -> dict[str, str]:
+    """What a committed-workflow emitter writes for these manifests: paths relative to ``repo_root`` -> text."""
+    emitter = plugins.ci_emitter(emitter_name)
+    root = Path(repo_root).resolve()
+    files = [Path(p) if Path(p).is_absolute() else root / p for p in manifest_paths]
+    relative = []
+    for f in files:
+        try:
+            relative.append(f.resolve().relative_to(root).as_posix())
+        except ValueError as e:
+            raise CIError(f"manifest {str(f)!r} is outside the repository {str(root)!r}",
+                          hint="the workflow checks the repository out: keep manifests inside it") from e
+    manifests = load_manifests([str(f) for f in files], capabilities=every_builder_capable)
+    return emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative, **options)
+
+
+def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
+    """What an emitter of the current plan writes (paths relative to the working directory -> text)."""
+    emitter = plugins.ci_emitter(emitter_name)
+    try:
+        the_plan = plan_project(project, max_shards=emitter.max_shards)
+    except PlanError as e:
+        raise CIError(e.message, hint=e.hint) from e
+    return emitter.render(the_plan, [display_path(m.file) for m in project.manifests], **options)
+
+
+def write_files(files: dict[str, str], root: str, main_path: str | None, main_key: str) -> list[str]:
+    """Write each file atomically under ``root`` (the main one at ``main_path`` when given); ``-`` is stdout.
+    Returns what was written."""
+    written = []
+    for rel, text in sorted(files.items()):
+        dest = main_path if (main_path and rel == main_key) else os.path.join(root, rel)
+        if dest == "-":
+            print(text, end="")
+            continue
+        write_bytes_atomic(dest, text.encode())
+        written.append(dest)
+    return written

@@ -1,0 +1,112 @@
+"""Loading a project: manifests (with the installed plugins' answers), model digests, the resolved build graph,
+the work directory. Everything the pipeline verbs share."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+from orchestrator import plugins
+from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.graph import BuildGraph, Cell
+from orchestrator.core.model import Manifest, Model, RegistryConfig
+from orchestrator.core.resolve import CapabilitiesFn, ResolveInputs, resolve
+from orchestrator.digests import DigestCache, hash_file
+from orchestrator.errors import UsageError
+from orchestrator.manifest import load_manifests as load_manifest_files
+from orchestrator.run.executor import Workspace
+
+# This distribution's own version changes transform output too (the plugins ship in it).
+_OWN_DISTRIBUTION = "trt-orchestrator"
+
+
+def default_workspace(cache_dir: str | os.PathLike[str] | None = None) -> Workspace:
+    root = cache_dir or os.environ.get("ORCHESTRATE_CACHE") or ".orchestrate"
+    return Workspace(Path(root).absolute())
+
+
+@dataclass(frozen=True)
+class Project:
+    manifests: tuple[Manifest, ...]
+    graph: BuildGraph
+    workspace: Workspace
+    manifest_digests: dict[str, str]
+
+    @property
+    def models(self) -> dict[str, Model]:
+        return {m.name: m for man in self.manifests for m in man.models}
+
+    @property
+    def registry(self) -> RegistryConfig:
+        return self.manifests[0].registry
+
+    def manifest_of(self, cell: Cell) -> Manifest:
+        return next(m for m in self.manifests if m.file == cell.manifest)
+
+
+def display_path(path: str) -> str:
+    """Relative to the working directory when inside it: plans move between runners with other checkouts."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _tool_versions() -> dict[str, str]:
+    """Versions of the code that performs transforms (this package, the libraries the installed transforms
+    name): part of transform keys."""
+    out = {}
+    for name in sorted({_OWN_DISTRIBUTION, *plugins.transform_tools()}):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def load_manifests(paths: Sequence[str | os.PathLike[str]],
+                   capabilities: CapabilitiesFn | None = None) -> tuple[Manifest, ...]:
+    """The manifests, checked against what the installed builder plugins can do (or ``capabilities``)."""
+    if not paths:
+        raise UsageError("no manifest given", hint="orchestrate plan manifests/demo.yaml")
+    return load_manifest_files([str(p) for p in paths],
+                               capabilities=capabilities or plugins.builder_capabilities,
+                               builder_names=plugins.names(plugins.BUILDERS), builder_slug=plugins.builder_slug)
+
+
+def registry_of(paths: Sequence[str | os.PathLike[str]]) -> RegistryConfig:
+    return load_manifests(paths)[0].registry
+
+
+def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os.PathLike[str] | None = None,
+                 capabilities: CapabilitiesFn | None = None) -> Project:
+    manifests = load_manifests(paths, capabilities)
+    registries = {m.registry for m in manifests}
+    if len(registries) > 1:
+        raise UsageError("the manifests name different registries; plan them separately",
+                         hint="give every manifest planned together the same `registry:`")
+    ws = default_workspace(cache_dir)
+    cache = DigestCache.open(ws.root / "digests.json")
+    model_digests = {}
+    data_digests = {}
+    for man in manifests:
+        for model in man.models:
+            model_digests[model.source.path] = cache.model_digest(model.source.path)
+            if model.calibration and model.calibration.path and os.path.exists(model.calibration.path):
+                data_digests[model.calibration.path] = cache.data_digest(model.calibration.path)
+    cache.save()
+    caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
+    graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
+                                             tool_versions=_tool_versions(),
+                                             transforms=frozenset(plugins.names(plugins.TRANSFORMS))), caps)
+    digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
+    return Project(manifests, graph, ws, digests)
+
+
+def _file_sha256(path: str) -> str:
+    return hash_file(path)[0].split(":", 1)[1]
+
+
+__all__ = ["BuilderCapabilities", "Project", "default_workspace", "display_path", "load_manifests",
+           "load_project", "registry_of"]

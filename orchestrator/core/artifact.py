@@ -1,0 +1,329 @@
+"""What a published engine is, as data (pure): the descriptor runtimes judge, the artifact metadata record and
+its provenance, the index entry the planner reads, and the one gate-status rule.
+
+The metadata (schema ``orchestrator/schemas/artifact-v1.schema.json``, ``schema_version: 1``) says exactly what
+an engine is and where it can run: address, model (name, version, digest), precision, profiles, target, the
+builder and its exact version, the runtime that runs it, the build key and its inputs, the engine's content
+digest, the fingerprint of the runner that built it, gate verdicts, timings, the manifest + git commit, and an
+in-toto Statement v1 with a SLSA Provenance v1 predicate. It is a sidecar: never prepended to the engine bytes.
+
+Shape (abridged)::
+
+    {"schema_version": 1, "address": "ocr-det/fp16/default@sm89+trt10.13",
+     "model": {"name", "version", "digest": "sha256:..."}, "precision": "fp16", "profile_set": "default",
+     "profiles": ["default"], "target": {"name", "compute_capabilities", "hardware_compatibility", "device",
+     "version_compatible"}, "builder": {"name", "version"}, "runtime": "<runtime plugin>", "build_key": "<hex>",
+     "key_inputs": {...}, "engine": {"digest": "sha256:...", "size", "filename", "media_type"},
+     "runner": RunnerFingerprint.to_json(), "gates": {"parity", "benchmark", "status", "ungated_publish_allowed"},
+     "timings": {"build_seconds", ...}, "manifest": {"path", "git_commit"}, "created_at",
+     "provenance": {in-toto Statement v1},
+     # added by the store when publishing:
+     "published_at", "attachments": [{"name", "role": "log"|"extra", "digest", "size"}]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.graph import Cell
+from orchestrator.core.model import Target
+from orchestrator.errors import InvalidMetadataError
+
+GateStatus = Literal["passed", "failed", "pending", "skipped"]
+
+SCHEMA_VERSION = 1
+ENGINE_MEDIA_TYPE = "application/vnd.trt-orchestrator.engine.v1"
+# onnxruntime "engines" are optimized ONNX files, not TensorRT plans: a distinct media type so no TensorRT
+# loader is ever handed one.
+ONNX_ENGINE_MEDIA_TYPE = "application/vnd.trt-orchestrator.engine.v1.onnx"
+METADATA_MEDIA_TYPE = "application/vnd.trt-orchestrator.metadata.v1+json"
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://trt-orchestrator.dev/buildtypes/engine/v1"
+
+def gate_status(parity: str | None, benchmark: str | None, enabled: tuple[bool, bool]) -> GateStatus:
+    """The one rule: an engine's gate status from its gates' own statuses (None: that gate has no verdict).
+
+    Only enabled gates count: any failed -> failed; any without a verdict -> pending; all passed -> passed; no
+    gate enabled -> skipped."""
+    statuses = [s for s, on in zip((parity, benchmark), enabled) if on]
+    if any(s == "failed" for s in statuses):
+        return "failed"
+    if any(s is None for s in statuses):
+        return "pending"
+    return "passed" if statuses else "skipped"
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """Where an engine was built to run, as recorded in its metadata."""
+
+    name: str
+    compute_capabilities: tuple[str, ...] = ()
+    hardware_compatibility: str = "none"
+    device: str = "gpu"
+    version_compatible: bool = False
+
+    @classmethod
+    def of(cls, target: Target) -> "EngineTarget":
+        return cls(target.name, tuple(target.compute_capabilities), target.hardware_compatibility, target.device,
+                   bool(target.options.version_compatible))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "compute_capabilities": list(self.compute_capabilities),
+                "hardware_compatibility": self.hardware_compatibility, "device": self.device,
+                "version_compatible": self.version_compatible}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "EngineTarget":
+        return cls(str(data.get("name", "")), tuple(str(c) for c in data.get("compute_capabilities") or ()),
+                   str(data.get("hardware_compatibility", "none")), str(data.get("device", "gpu")),
+                   bool(data.get("version_compatible", False)))
+
+
+@dataclass(frozen=True)
+class EngineDescriptor:
+    """What a runtime needs to judge and load an engine: the one typed shape for a cell not built yet (runner
+    checks), a built engine (gates) and a published artifact (pull)."""
+
+    address: str
+    precision: str
+    builder: str
+    builder_version: str
+    runtime: str  # the runtime plugin that runs it (declared by the builder)
+    target: EngineTarget
+    digest: str | None = None  # sha256:<hex> of the engine bytes, once built
+    size: int | None = None
+
+    @classmethod
+    def for_cell(cls, cell: Cell, *, runtime: str, builder_version: str | None = None, digest: str | None = None,
+                 size: int | None = None) -> "EngineDescriptor":
+        t = cell.target
+        return cls(cell.address, cell.precision.name, t.builder, builder_version or t.builder_version, runtime,
+                   EngineTarget.of(t), digest, size)
+
+    @classmethod
+    def from_json(cls, meta: Mapping[str, Any], *, runtime: str | None = None) -> "EngineDescriptor":
+        """From artifact metadata. ``runtime`` stands in when the metadata predates the ``runtime`` field."""
+        builder = meta.get("builder") or {}
+        engine = meta.get("engine") or {}
+        return cls(str(meta.get("address", "")), str(meta.get("precision", "")), str(builder.get("name", "")),
+                   str(builder.get("version", "")), str(meta.get("runtime") or runtime or builder.get("name", "")),
+                   EngineTarget.from_json(meta.get("target") or {}), engine.get("digest"), engine.get("size"))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"address": self.address, "precision": self.precision,
+                               "builder": {"name": self.builder, "version": self.builder_version},
+                               "runtime": self.runtime, "target": self.target.to_json()}
+        if self.digest is not None:
+            out["engine"] = {"digest": self.digest, "size": self.size}
+        return out
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """What the planner needs of one published artifact."""
+
+    address: str
+    build_key: str
+    key_inputs: dict[str, Any]  # the canonical inputs the build key was made from (to name what changed)
+    model: str
+    version: str
+    digest: str  # sha256:<hex> of the engine bytes
+    published_at: str = ""
+
+
+@dataclass(frozen=True)
+class EngineFile:
+    """The engine's content descriptor: sha256 of its bytes, size, file name, media type."""
+
+    digest: str  # sha256:<hex>
+    size: int
+    filename: str
+    media_type: str = ENGINE_MEDIA_TYPE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "size": self.size, "filename": self.filename, "media_type": self.media_type}
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    """Gate verdicts as recorded: each verdict is its ``to_json()`` dict, or None when that gate did not run."""
+
+    status: GateStatus
+    parity: Mapping[str, Any] | None = None
+    benchmark: Mapping[str, Any] | None = None
+    ungated_publish_allowed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parity": _plain(self.parity),
+            "benchmark": _plain(self.benchmark),
+            "status": self.status,
+            "ungated_publish_allowed": self.ungated_publish_allowed,
+        }
+
+
+def _plain(value: Any) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    return json.loads(json.dumps(value))  # deep copy, and proves it is JSON
+
+
+def _hex(digest: str) -> str:
+    algo, _, hexpart = digest.partition(":")
+    if algo != "sha256" or len(hexpart) != 64:
+        raise InvalidMetadataError([("digest", f"expected sha256:<64 hex>, got {digest!r}")])
+    return hexpart
+
+
+def resource_descriptor(name: str, digest: str, uri: str | None = None) -> dict[str, Any]:
+    """An in-toto ResourceDescriptor for a material (model, calibration data)."""
+    rd: dict[str, Any] = {"name": name, "digest": {"sha256": _hex(digest)}}
+    if uri:
+        rd["uri"] = uri
+    return rd
+
+
+def provenance_statement(
+    *,
+    subject_name: str,
+    subject_digest: str,
+    external_parameters: Mapping[str, Any],
+    model_name: str,
+    model_digest: str,
+    model_uri: str | None = None,
+    calibration_digest: str | None = None,
+    calibration_uri: str | None = None,
+    builder_id: str,
+    invocation_id: str,
+    started_on: str,
+    finished_on: str,
+    internal_parameters: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An in-toto Statement v1 whose predicate is SLSA Provenance v1 for one engine.
+
+    Materials (``resolvedDependencies``) are the model and, for int8 calibration, the calibration data, each as a
+    ResourceDescriptor with its sha256.
+    """
+    deps = [resource_descriptor(f"model:{model_name}", model_digest, model_uri)]
+    if calibration_digest:
+        deps.append(resource_descriptor(f"calibration:{model_name}", calibration_digest, calibration_uri))
+    build_definition: dict[str, Any] = {
+        "buildType": BUILD_TYPE,
+        "externalParameters": _plain(dict(external_parameters)),
+        "resolvedDependencies": deps,
+    }
+    if internal_parameters:
+        build_definition["internalParameters"] = _plain(dict(internal_parameters))
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": subject_name, "digest": {"sha256": _hex(subject_digest)}}],
+        "predicateType": SLSA_PROVENANCE_V1,
+        "predicate": {
+            "buildDefinition": build_definition,
+            "runDetails": {
+                "builder": {"id": builder_id},
+                "metadata": {"invocationId": invocation_id, "startedOn": started_on, "finishedOn": finished_on},
+            },
+        },
+    }
+
+
+def build_metadata(
+    *,
+    address: str,
+    model_name: str,
+    model_version: str,
+    model_digest: str,
+    precision: str,
+    profile_set: str,
+    profiles: tuple[str, ...] | list[str],
+    target: Target,
+    builder_version: str,
+    build_key: str,
+    key_inputs: Mapping[str, Any],
+    engine: EngineFile,
+    runner: RunnerFingerprint,
+    gates: GateSummary,
+    timings: Mapping[str, float],
+    manifest_path: str,
+    git_commit: str | None,
+    started_on: str,
+    finished_on: str,
+    created_at: str,
+    invocation_id: str,
+    runtime: str,
+    calibration_digest: str | None = None,
+    model_uri: str | None = None,
+    builder_id: str | None = None,
+) -> dict[str, Any]:
+    """The metadata dict for one engine (the one constructor; ``orchestrator.metadata.new_metadata`` fills the
+    clock and invocation id and validates it against the schema).
+
+    ``builder_version`` is the exact version really used (``BuildResult.builder_version``), which may be more
+    precise than the target's. ``runtime`` is the runtime plugin that runs the engine (the builder declares it).
+    ``timings`` must contain ``build_seconds``.
+    """
+    builder_id = builder_id or f"https://trt-orchestrator.dev/builders/{target.builder}@{builder_version}"
+    target_json = EngineTarget.of(target).to_json()
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "address": address,
+        "model": {"name": model_name, "version": model_version, "digest": model_digest},
+        "precision": precision,
+        "profile_set": profile_set,
+        "profiles": list(profiles),
+        "target": target_json,
+        "builder": {"name": target.builder, "version": builder_version},
+        "runtime": runtime,
+        "build_key": build_key,
+        "key_inputs": _plain(dict(key_inputs)),
+        "engine": engine.to_json(),
+        "runner": runner.to_json(),
+        "gates": gates.to_json(),
+        "timings": {k: float(v) for k, v in timings.items()},
+        "manifest": {"path": manifest_path, "git_commit": git_commit},
+        "created_at": created_at,
+        "provenance": provenance_statement(
+            subject_name=engine.filename,
+            subject_digest=engine.digest,
+            external_parameters={
+                "manifest": {"path": manifest_path, "git_commit": git_commit},
+                "address": address,
+                "precision": precision,
+                "profile_set": profile_set,
+                "target": target_json,
+                "build_key": build_key,
+            },
+            internal_parameters={"builder": {"name": target.builder, "version": builder_version}},
+            model_name=model_name,
+            model_digest=model_digest,
+            model_uri=model_uri,
+            calibration_digest=calibration_digest,
+            builder_id=builder_id,
+            invocation_id=invocation_id,
+            started_on=started_on,
+            finished_on=finished_on,
+        ),
+    }
+    return meta
+
+
+def index_entry(meta: Mapping[str, Any]) -> IndexEntry:
+    """What the planner needs of one artifact, from its metadata."""
+    return IndexEntry(
+        address=meta["address"],
+        build_key=meta["build_key"],
+        key_inputs=dict(meta["key_inputs"]),
+        model=meta["model"]["name"],
+        version=meta["model"]["version"],
+        digest=meta["engine"]["digest"],
+        published_at=meta.get("published_at", ""),
+    )

@@ -1,0 +1,70 @@
+"""Choosing among published engines (pure): one ranking for ``pull`` and for every other caller.
+
+The caller says, per candidate, whether it can run and how well (a ``Compat`` from the runtime plugin that owns
+the rules); this module keeps the best and says why every other candidate lost. Ranks are lower-is-better;
+runtime plugins follow one convention so that engines of different runtimes compare: TensorRT-family engines
+0-99 (exact CC 0, same-CC build 10, hardware-compatible 20, +1 for a newer version-compatible runtime), RTX-style
+JIT engines 100-199, ONNX engines on a GPU 200-299, on the CPU 300-399.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterable, TypeVar
+
+T = TypeVar("T")
+UNRANKED = 10_000
+
+
+@dataclass(frozen=True)
+class Compat:
+    """A runtime's answer for one engine on one runner: can it run, why (or why not), and how well."""
+
+    ok: bool
+    reason: str  # why not (ok=False) or how it fits (ok=True), one sentence
+    rank: int = UNRANKED  # lower is better; meaningful only when ok
+
+    @classmethod
+    def no(cls, reason: str) -> "Compat":
+        return cls(False, reason, UNRANKED)
+
+    @classmethod
+    def yes(cls, reason: str, rank: int) -> "Compat":
+        return cls(True, reason, rank)
+
+
+@dataclass(frozen=True)
+class Choice(Generic[T]):
+    id: str
+    item: T
+    compat: Compat
+
+
+@dataclass(frozen=True)
+class Ranking(Generic[T]):
+    """The best candidate (None when nothing can run), every rejected one with its reason, and the runnable
+    ones that lost to the best (with how they would have fit)."""
+
+    best: Choice[T] | None
+    rejected: tuple[tuple[str, str], ...]
+    runners_up: tuple[Choice[T], ...]
+
+    def explanations(self) -> tuple[tuple[str, str], ...]:
+        """Every candidate but the chosen one, with a sentence: rejections first, then the lower-ranked ones."""
+        lower = tuple((c.id, f"also compatible, ranked lower ({c.compat.reason})") for c in self.runners_up)
+        return self.rejected + lower
+
+
+def rank_candidates(candidates: Iterable[tuple[str, T]], judge: Callable[[T], Compat]) -> Ranking[T]:
+    """Judge every ``(id, item)``; the lowest rank wins and ties keep input order."""
+    runnable: list[tuple[int, int, Choice[T]]] = []
+    rejected: list[tuple[str, str]] = []
+    for position, (ident, item) in enumerate(candidates):
+        compat = judge(item)
+        if compat.ok:
+            runnable.append((compat.rank, position, Choice(ident, item, compat)))
+        else:
+            rejected.append((ident, compat.reason))
+    runnable.sort(key=lambda entry: (entry[0], entry[1]))
+    best = runnable[0][2] if runnable else None
+    return Ranking(best, tuple(rejected), tuple(entry[2] for entry in runnable[1:]))

@@ -1,0 +1,123 @@
+"""Which TensorRT and TensorRT-RTX engines can run on a runner, and why not (pure; decided before any engine
+byte is deserialized). The ``tensorrt`` and ``tensorrt-rtx`` runtimes own these rules.
+
+Rules (shared/reference/tensorrt-api.md §5, §8, §10):
+
+- TensorRT (engines of the ``tensorrt`` and ``trtexec`` builders): need a GPU. Exact CC match ranks best; else
+  an ``ampere_plus`` engine runs on CC >= 8.0 and a ``same_compute_capability`` one only on its own CC. The
+  runtime must be the exact TensorRT version (down to the build number) unless the engine is version
+  compatible; then a newer runtime of the same major, or one major hop 8.6 -> 10.x / 10.x -> 11.x, is allowed
+  (never 8 -> 11, never older).
+- TensorRT-RTX: the engine's CC list must contain the runner's CC (RTX runtimes refuse CC 9.0 outright); the
+  runner's RTX must be the same release (major.minor.patch) as the builder's.
+
+Ranks follow ``orchestrator.core.select``: TensorRT ``placement * 10 + version_distance`` (placement 0 exact CC,
+1 same-CC build, 2 Ampere+; distance 1 for a newer version-compatible runtime), TensorRT-RTX 100.
+"""
+
+from __future__ import annotations
+
+from orchestrator.core.artifact import EngineDescriptor
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.select import Compat
+from orchestrator.core.versions import cc_text, parse_cc, parse_version, version_text
+
+RTX_SUPPORTED_CCS = ("8.0", "8.6", "8.9", "12.0", "12.1")
+RTX_HOPPER_REASON = (
+    "TensorRT-RTX runtimes do not support compute capability 9.0 (Hopper); "
+    "RTX engines run on 8.0, 8.6, 8.9, 12.x"
+)
+INSTALL_HINTS = {
+    "tensorrt": "pip install 'trt-orchestrator[tensorrt]' (TensorRT wheels come only from NVIDIA's index)",
+    "tensorrt-rtx": "pip install 'trt-orchestrator[rtx]'",
+}
+
+
+def _local_cc(fp: RunnerFingerprint) -> tuple[int, int] | None:
+    return parse_cc(fp.compute_capability)
+
+
+def check_tensorrt(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "tensorrt") -> Compat:
+    """A plain TensorRT engine (built by the tensorrt or trtexec builder) on this runner."""
+    target = engine.target
+    if not fp.has_gpu:
+        return Compat.no("a TensorRT engine needs an NVIDIA GPU; this runner has none")
+    local = _local_cc(fp)
+    if local is None:
+        return Compat.no(f"this runner's compute capability {fp.compute_capability!r} is unreadable")
+    ccs = [c for c in (parse_cc(x) for x in target.compute_capabilities) if c]
+    level = target.hardware_compatibility
+    if local in ccs:
+        placement = 1 if level == "same_compute_capability" else 0
+    elif level == "ampere_plus":
+        if local < (8, 0):
+            return Compat.no(f"hardware-compatible (Ampere+) engines need compute capability >= 8.0; "
+                              f"this GPU is {cc_text(local)}")
+        placement = 2
+    elif level == "same_compute_capability":
+        built = ", ".join(cc_text(c) for c in ccs) or "unknown"
+        return Compat.no(f"built same-compute-capability for {built}; this GPU is {cc_text(local)}")
+    else:
+        built = ", ".join(cc_text(c) for c in ccs) or "no compute capability recorded"
+        return Compat.no(f"built for compute capability {built}; this GPU is {cc_text(local)} "
+                          "(plain TensorRT engines run only on the CC they were built for)")
+    installed = fp.runtime_version(runtime)
+    if installed is None:
+        return Compat.no(f"TensorRT is not installed on this runner: {INSTALL_HINTS['tensorrt']}")
+    built_v = parse_version(engine.builder_version)
+    have_v = parse_version(installed)
+    distance = _tensorrt_version_distance(built_v, have_v, target.version_compatible)
+    if isinstance(distance, str):
+        return Compat.no(distance)
+    how = "exact compute capability" if placement == 0 else (
+        "same-compute-capability build" if placement == 1 else "Ampere+ hardware-compatible build")
+    runtime = "exact TensorRT version" if distance == 0 else "newer TensorRT runtime (version compatible)"
+    return Compat.yes(f"{how}, {runtime}", placement * 10 + distance)
+
+
+def _tensorrt_version_distance(built: tuple[int, ...], have: tuple[int, ...], vc: bool) -> int | str:
+    if not built:
+        return "the engine's metadata records no TensorRT version"
+    if built == have:
+        return 0
+    if not vc:
+        return (f"built with TensorRT {version_text(built)}, this runner has {version_text(have)}; a TensorRT engine "
+                "loads only on the exact version that built it (down to the build number) unless built "
+                "version compatible")
+    if have < built:
+        return (f"version-compatible engine built with TensorRT {version_text(built)} cannot run on the older "
+                f"runtime {version_text(have)}")
+    if have[0] == built[0]:
+        return 1
+    # Support Matrix "Engine Portability": only 8.6 -> 10.x and 10.x -> 11.x hops, for VC engines.
+    if (built[0], have[0]) == (10, 11) or (built[0] == 8 and built[:2] >= (8, 6) and have[0] == 10):
+        return 1
+    return (f"version-compatible engine built with TensorRT {version_text(built)} cannot run on TensorRT "
+            f"{version_text(have)}: only same-major, 8.6 -> 10.x and 10.x -> 11.x are supported "
+            "(a TensorRT 8 engine cannot run with a TensorRT 11 runtime)")
+
+
+def check_rtx(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "tensorrt-rtx") -> Compat:
+    """A TensorRT-RTX engine on this runner."""
+    target = engine.target
+    if not fp.has_gpu:
+        return Compat.no("a TensorRT-RTX engine needs an NVIDIA GPU (RTX/Ampere+); this runner has none")
+    local = _local_cc(fp)
+    if local is None:
+        return Compat.no(f"this runner's compute capability {fp.compute_capability!r} is unreadable")
+    if local == (9, 0):
+        return Compat.no(RTX_HOPPER_REASON)
+    ccs = [c for c in (parse_cc(x) for x in target.compute_capabilities) if c]
+    if local not in ccs:
+        built = ", ".join(cc_text(c) for c in ccs) or "no compute capability recorded"
+        return Compat.no(f"TensorRT-RTX engine built for compute capabilities {built}; this GPU is "
+                          f"{cc_text(local)}")
+    installed = fp.runtime_version(runtime)
+    if installed is None:
+        return Compat.no(f"TensorRT-RTX is not installed on this runner: {INSTALL_HINTS['tensorrt-rtx']}")
+    built_v = parse_version(engine.builder_version)[:3]
+    have_v = parse_version(installed)[:3]
+    if built_v != have_v:
+        return Compat.no(f"built with TensorRT-RTX {version_text(built_v)}, this runner has {installed}; "
+                          "RTX engines run only on the same RTX release (major.minor.patch)")
+    return Compat.yes("TensorRT-RTX engine whose CC list holds this GPU, same RTX release", 100)
