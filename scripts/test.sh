@@ -14,6 +14,7 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   fi
 fi
 bash scripts/setup-env.sh test
+.venv/bin/python -m pip install -q --no-deps ./tests/data/onnx_copy_plugin  # third-party plugin for tests/integration/test_third_party_plugin.py
 if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
