@@ -203,14 +203,15 @@ import json, sys, time
 t0 = time.perf_counter()
 from orchestrator.cli import main  # what the console script imports first
 t1 = time.perf_counter()
+from orchestrator import plugins
 from orchestrator.app import pipeline as api
-from orchestrator.hardware import detect
+from orchestrator.app.project import load_project
 manifest, cache, jobs, only = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-project = api.load_project([manifest], cache_dir=cache)
+project = load_project([manifest], cache_dir=cache)
 t2 = time.perf_counter()
 plan = api.plan(project)
 t3 = time.perf_counter()
-fingerprint = detect()
+fingerprint = plugins.fingerprint()
 t4 = time.perf_counter()
 summary = api.build(project, plan, only=only, jobs=jobs, fingerprint=fingerprint)
 t5 = time.perf_counter()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything the tests need on a fresh machine, then the test suite. Extra arguments go to pytest.
+# Everything the tests need on a fresh machine, the static checks (scripts/check.sh), then the test suite.
+# Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # A real OCI registry (CNCF distribution) and headless Chromium for the report test, from Debian.
@@ -17,4 +18,5 @@ bash scripts/setup-env.sh test
 .venv/bin/python -m pip install -q --no-deps ./tests/data/onnx_copy_plugin  # third-party plugin for tests/integration/test_third_party_plugin.py
 if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
+bash scripts/check.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -159,13 +159,14 @@ def main() -> int:
         out.write_text(json.dumps(result, indent=1, default=str))
 
     import torch  # before onnxruntime, as the harness does (its _device_backend imports torch first)
+    # isort: split
     import onnxruntime as ort
 
     from orchestrator import plugins
-    from orchestrator.hardware import detect
     from orchestrator.contracts.runtime import RuntimeOptions
+    from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 
-    result["fingerprint"] = detect().to_json()
+    result["fingerprint"] = plugins.fingerprint().to_json()
     result["onnxruntime_module"] = {"version": ort.__version__, "file": ort.__file__,
                                     "available_providers": ort.get_available_providers()}
     result["torch"] = {"version": torch.__version__, "device": torch.cuda.get_device_name(0)}
@@ -173,7 +174,8 @@ def main() -> int:
     feeds = {"x": rng.random(shape, dtype=np.float32)}
 
     runtime = plugins.runtime("onnxruntime")
-    meta = {"builder": {"name": "onnxruntime"}, "target": {"device": "cuda"}}
+    meta = EngineDescriptor(address="bench", precision="fp32", builder="onnxruntime", builder_version="",
+                            runtime="onnxruntime", target=EngineTarget("cuda", device="cuda"))
     session = runtime.load(path, meta, RuntimeOptions(device="cuda"))
     providers = session._session.get_providers()
     result["harness_providers_first_load"] = providers
@@ -204,8 +206,8 @@ def main() -> int:
             save()
 
     try:
-        from orchestrator.gates.run import run_benchmark
         from orchestrator.core.model import BenchmarkGate
+        from orchestrator.gates.run import run_benchmark
 
         verdict = run_benchmark(session, {"opt": feeds}, BenchmarkGate(warmup=args.warmup,
                                                                      iterations=args.iterations))
