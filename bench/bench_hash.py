@@ -78,8 +78,10 @@ def main() -> None:
         m, o = statistics.median(mine), statistics.median(theirs)
         size = os.path.getsize(path) / 2**20
         print(f"file: {size:.0f} MiB, rounds: {args.rounds} (alternating, warm page cache)")
-        print(f"DigestCache.model_digest  median {m:.3f} s  ({size / m:7.1f} MiB/s)  runs {[round(x, 3) for x in mine]}")
-        print(f"openssl dgst -sha256      median {o:.3f} s  ({size / o:7.1f} MiB/s)  runs {[round(x, 3) for x in theirs]}")
+        print(f"DigestCache.model_digest  median {m:.3f} s  ({size / m:7.1f} MiB/s)  "
+              f"runs {[round(x, 3) for x in mine]}")
+        print(f"openssl dgst -sha256      median {o:.3f} s  ({size / o:7.1f} MiB/s)  "
+              f"runs {[round(x, 3) for x in theirs]}")
         print(f"ratio (openssl time / ours): {o / m:.2f}x")
 
         cache_file = Path(tmp) / "digests.json"

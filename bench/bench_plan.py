@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.core.plan import plan_against  # noqa: E402
 from orchestrator.contracts.store import IndexEntry  # noqa: E402
+from orchestrator.core.plan import plan_against  # noqa: E402
 from orchestrator.core.resolve import resolve  # noqa: E402
 from tests.unit.core_fixtures import (  # noqa: E402
     capabilities,
@@ -94,7 +94,7 @@ def bench(cells: int, reps: int) -> dict:
     r_times, p_times, t_times = [], [], []
     for _ in range(reps):
         tr, g = _time(lambda: resolve(manifests, inputs, capabilities))
-        tp, plan = _time(lambda: plan_against(g, index, "bench"))
+        tp, plan = _time(lambda g=g: plan_against(g, index, "bench"))
         r_times.append(tr)
         p_times.append(tp)
         t_times.append(tr + tp)

@@ -37,14 +37,13 @@ def vm_hwm_mb() -> float:
 
 def child(op: str, args: dict) -> dict:
     """One store operation in this (fresh) process: seconds and peak RSS growth."""
+    import requests  # noqa: F401
     from registry_server import make_artifact  # noqa: F401  (imports done before the baseline)
 
-    from orchestrator.core.model import RegistryConfig
     from orchestrator.contracts.store import ArtifactFiles
+    from orchestrator.core.model import RegistryConfig
     from trt_orchestrator_plugins.stores.local import LocalStore
     from trt_orchestrator_plugins.stores.oci import OciStore
-
-    import requests  # noqa: F401
 
     if args["store"] == "local":
         store = LocalStore(RegistryConfig(store="local", path=args["target"]))

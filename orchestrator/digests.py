@@ -17,6 +17,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from orchestrator.atomic import write_json_atomic
+
 CHUNK = 8 * 1024 * 1024
 _PARALLEL_MIN = 1024 * 1024  # below this a thread costs more than it saves
 # protobuf encoding of StringStringEntryProto{key: "location"}: field 1, length 8, then the bytes
@@ -88,7 +90,7 @@ class DigestCache:
     rehashed: int = 0  # how many files were actually read (benchmarks and tests look at this)
 
     @classmethod
-    def open(cls, path: Path | None) -> "DigestCache":
+    def open(cls, path: Path | None) -> DigestCache:
         if path is None or not path.exists():
             return cls(path, {})
         try:
@@ -144,7 +146,5 @@ class DigestCache:
                 except ValueError:
                     merged = {}
             merged.update(self.entries)
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(merged))
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, merged, indent=None)
         self.dirty = False

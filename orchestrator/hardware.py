@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Mapping
 from importlib import metadata
-from typing import Callable, Mapping
 
 from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
 

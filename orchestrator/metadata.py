@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from orchestrator.core.artifact import (ENGINE_MEDIA_TYPE, METADATA_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE, EngineFile,
-                                        GateSummary, build_metadata, index_entry, provenance_statement)
+from orchestrator.core.artifact import (
+    ENGINE_MEDIA_TYPE,
+    METADATA_MEDIA_TYPE,
+    ONNX_ENGINE_MEDIA_TYPE,
+    EngineFile,
+    GateSummary,
+    build_metadata,
+    index_entry,
+    provenance_statement,
+)
 from orchestrator.digests import hash_file
 from orchestrator.errors import InvalidMetadataError
 

@@ -11,7 +11,7 @@ computes the parity reference (the original ONNX on onnxruntime's CPU execution 
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -72,7 +72,7 @@ def validate_plugin(group: str, name: str, obj: Any) -> None:
         raise PluginError(name, f"declares name {declared!r} but is registered as {name!r}", group=group)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(group: str, name: str) -> Any:
     eps = _entry_points(group)
     if name not in eps:

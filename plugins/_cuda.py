@@ -142,7 +142,7 @@ class Event:
     def synchronize(self) -> None:
         call("cudaEventSynchronize", self.obj)
 
-    def elapsed_ms_since(self, start: "Event") -> float:
+    def elapsed_ms_since(self, start: Event) -> float:
         return float(call("cudaEventElapsedTime", start.obj, self.obj))
 
     def destroy(self) -> None:

@@ -10,8 +10,9 @@ Indexed Jobs) gets the project's real plan. Either way the emitter's own ``max_s
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, get_args
+from typing import Any, get_args
 
 from orchestrator import plugins
 from orchestrator.app.pipeline import plan as plan_project

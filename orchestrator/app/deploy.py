@@ -5,9 +5,10 @@ artifact's own runtime plugin judges it, ``core.select`` ranks the answers."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator import plugins
 from orchestrator.contracts.store import StoredArtifact
@@ -16,8 +17,7 @@ from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.model import RegistryConfig
 from orchestrator.core.query import latest_version, select
 from orchestrator.core.select import Compat, rank_candidates
-from orchestrator.errors import (ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError, PluginError,
-                                 UsageError)
+from orchestrator.errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError, PluginError, UsageError
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class RuntimeSpec:
     version: str
 
     @classmethod
-    def parse(cls, text: str) -> "RuntimeSpec":
+    def parse(cls, text: str) -> RuntimeSpec:
         slugs = {}
         for name in plugins.names(plugins.RUNTIMES):
             try:

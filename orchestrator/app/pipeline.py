@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from orchestrator import plugins
 from orchestrator.app.project import Project, display_path

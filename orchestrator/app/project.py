@@ -4,10 +4,10 @@ the work directory. Everything the pipeline verbs share."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
 
 from orchestrator import plugins
 from orchestrator.core.capabilities import BuilderCapabilities

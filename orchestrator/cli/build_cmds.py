@@ -13,8 +13,15 @@ from orchestrator.app import pipeline
 from orchestrator.app.doctor import diagnose
 from orchestrator.app.project import Project, load_project
 from orchestrator.atomic import write_json_atomic
-from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json, \
-    require_manifests
+from orchestrator.cli.common import (
+    cache_option,
+    console,
+    console_err,
+    json_option,
+    manifests_argument,
+    print_json,
+    require_manifests,
+)
 from orchestrator.cli.plan_cmds import read_plan_file
 from orchestrator.cli.render.doctor import render_doctor
 from orchestrator.cli.render.progress import ProgressView, render_summary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import click
@@ -20,12 +20,12 @@ def _width(stream) -> int | None:
     return None if stream.isatty() else 200
 
 
-@lru_cache(maxsize=None)
+@cache
 def console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 
 
-@lru_cache(maxsize=None)
+@cache
 def console_err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
@@ -43,8 +43,8 @@ def emit_json_error(error: OrchestratorError) -> bool:
     """In --json mode errors are JSON on stdout too, so scripts can parse every outcome."""
     if not _JSON_MODE["on"]:
         return False
-    body: dict[str, dict[str, Any]] = {"error": {"type": type(error).__name__, "message": error.message, "hint": error.hint,
-                      "exit_code": error.exit_code}}
+    body: dict[str, dict[str, Any]] = {"error": {"type": type(error).__name__, "message": error.message,
+                                                 "hint": error.hint, "exit_code": error.exit_code}}
     if isinstance(error, ManifestError):
         body["error"]["problems"] = [p.to_json() for p in error.problems]
     print_json(body)

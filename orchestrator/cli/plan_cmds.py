@@ -7,9 +7,8 @@ import os
 import sys
 
 import click
-from rich.table import Table
-
 from rich.markup import escape
+from rich.table import Table
 
 from orchestrator.app import pipeline
 from orchestrator.app.project import load_manifests, load_project

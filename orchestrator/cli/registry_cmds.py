@@ -8,7 +8,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.app import deploy, pipeline, registry as registry_verbs
+from orchestrator.app import deploy, pipeline
+from orchestrator.app import registry as registry_verbs
 from orchestrator.app.project import registry_of
 from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json

@@ -18,16 +18,15 @@ int8 Q/DQ calibration); its output is cached under its own key and shared by eve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.core.capabilities import BuilderCapabilities, TargetKind, target_kind
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import OptimizationProfile
-
 from orchestrator.core.model import BuilderOptions, DataSource, PrecisionSpec, Target
-
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ labels) and retention are decided once for every store in ``orchestrator.core.qu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.core.artifact import IndexEntry
 

@@ -24,8 +24,9 @@ Shape (abridged)::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import Cell
@@ -69,7 +70,7 @@ class EngineTarget:
     version_compatible: bool = False
 
     @classmethod
-    def of(cls, target: Target) -> "EngineTarget":
+    def of(cls, target: Target) -> EngineTarget:
         return cls(target.name, tuple(target.compute_capabilities), target.hardware_compatibility, target.device,
                    bool(target.options.version_compatible))
 
@@ -79,7 +80,7 @@ class EngineTarget:
                 "version_compatible": self.version_compatible}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "EngineTarget":
+    def from_json(cls, data: Mapping[str, Any]) -> EngineTarget:
         return cls(str(data.get("name", "")), tuple(str(c) for c in data.get("compute_capabilities") or ()),
                    str(data.get("hardware_compatibility", "none")), str(data.get("device", "gpu")),
                    bool(data.get("version_compatible", False)))
@@ -101,13 +102,13 @@ class EngineDescriptor:
 
     @classmethod
     def for_cell(cls, cell: Cell, *, runtime: str, builder_version: str | None = None, digest: str | None = None,
-                 size: int | None = None) -> "EngineDescriptor":
+                 size: int | None = None) -> EngineDescriptor:
         t = cell.target
         return cls(cell.address, cell.precision.name, t.builder, builder_version or t.builder_version, runtime,
                    EngineTarget.of(t), digest, size)
 
     @classmethod
-    def from_json(cls, meta: Mapping[str, Any], *, runtime: str | None = None) -> "EngineDescriptor":
+    def from_json(cls, meta: Mapping[str, Any], *, runtime: str | None = None) -> EngineDescriptor:
         """From artifact metadata. ``runtime`` stands in when the metadata predates the ``runtime`` field."""
         builder = meta.get("builder") or {}
         engine = meta.get("engine") or {}

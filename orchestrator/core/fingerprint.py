@@ -5,8 +5,9 @@ runtime plugins' own names."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class RunnerFingerprint:
         installed = self.runtimes.get(name)
         return installed.features if installed else ()
 
-    def with_runtime(self, name: str, installed: InstalledRuntime | None) -> "RunnerFingerprint":
+    def with_runtime(self, name: str, installed: InstalledRuntime | None) -> RunnerFingerprint:
         """The same runner with ``name`` installed as given (None: not installed); for declared deployments."""
         runtimes = {k: v for k, v in self.runtimes.items() if k != name}
         if installed is not None:
@@ -81,7 +82,7 @@ class RunnerFingerprint:
                 "labels": list(self.labels)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunnerFingerprint":
+    def from_json(cls, data: Mapping[str, Any]) -> RunnerFingerprint:
         gpus = tuple(GpuInfo(**g) for g in data.get("gpus", ()))
         runtimes = {str(name): InstalledRuntime(str(rt["version"]), tuple(rt.get("features", ())))
                     for name, rt in (data.get("runtimes") or {}).items()}
@@ -90,7 +91,7 @@ class RunnerFingerprint:
                    runtimes=runtimes, labels=tuple(data.get("labels", ())))
 
     @classmethod
-    def parse_gpu_spec(cls, spec: str, base: "RunnerFingerprint | None" = None) -> "RunnerFingerprint":
+    def parse_gpu_spec(cls, spec: str, base: RunnerFingerprint | None = None) -> RunnerFingerprint:
         """``sm89`` / ``8.9`` / ``none`` -> a fingerprint with that GPU (for `pull --gpu`)."""
         base = base or cls(os="", arch="")
         text = spec.strip().lower()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from orchestrator.core.model import PrecisionSpec, Target
 
+
 @dataclass(frozen=True)
 class OptimizationProfile:
     """One TensorRT optimization profile: input name -> (min, opt, max)."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from orchestrator.errors import PlanError
+from orchestrator.core.artifact import IndexEntry
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
-from orchestrator.core.artifact import IndexEntry
+from orchestrator.errors import PlanError
 
 PLAN_FORMAT_VERSION = 1
 Status = Literal["build", "rebuild", "up-to-date", "blocked"]
@@ -103,8 +104,8 @@ class Plan:
 
 
 def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
-    common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name, model=cell.model,
-                  precision=cell.precision.name, profile_set=cell.profile_set)
+    common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name,
+                                  model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set)
     if cell.blocked:
         return PlanEntry(status="blocked", reason=cell.blocked, **common)
     if published is None:
@@ -194,4 +195,5 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
         return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],
                     manifests=dict(data.get("manifests", {})))
     except (KeyError, TypeError) as e:
-        raise PlanError(f"plan file is malformed: missing {e}", hint="re-create it with `orchestrate plan --out`") from e
+        raise PlanError(f"plan file is malformed: missing {e}",
+                        hint="re-create it with `orchestrate plan --out`") from e

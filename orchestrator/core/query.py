@@ -7,7 +7,8 @@ the same thing on the local store and on an OCI registry.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from orchestrator.errors import StoreError
 

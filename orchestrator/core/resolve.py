@@ -8,16 +8,16 @@ same conversion of the same model), ``build``, ``gate:parity``, ``gate:benchmark
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from graphlib import TopologicalSorter
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from orchestrator.core.capabilities import BuilderCapabilities
-from orchestrator.core.graph import OptimizationProfile
-from orchestrator.errors import ManifestError, Problem
-from orchestrator.core.graph import BuildGraph, Cell, Node, Route
+from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile, Route
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of
 from orchestrator.core.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
+from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
 

@@ -9,8 +9,9 @@ JIT engines 100-199, ONNX engines on a GPU 200-299, on the CPU 300-399.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 UNRANKED = 10_000
@@ -25,11 +26,11 @@ class Compat:
     rank: int = UNRANKED  # lower is better; meaningful only when ok
 
     @classmethod
-    def no(cls, reason: str) -> "Compat":
+    def no(cls, reason: str) -> Compat:
         return cls(False, reason, UNRANKED)
 
     @classmethod
-    def yes(cls, reason: str, rank: int) -> "Compat":
+    def yes(cls, reason: str, rank: int) -> Compat:
         return cls(True, reason, rank)
 
 

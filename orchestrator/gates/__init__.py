@@ -9,8 +9,20 @@ from orchestrator.gates.inputs import InputCase, benchmark_inputs, gate_cases, r
 from orchestrator.gates.metrics import compare_output, cosine_similarity, relative_l2, topk_agreement, violation_mask
 from orchestrator.gates.run import run_benchmark, run_parity
 from orchestrator.gates.stats import LatencyStats, latency_stats, percentile_linear, percentile_trtexec
-from orchestrator.gates.tolerances import DEFAULT_TOLERANCES, ResolvedTolerance, default_tolerance_table, resolve_tolerance
-from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark, WorstElement
+from orchestrator.gates.tolerances import (
+    DEFAULT_TOLERANCES,
+    ResolvedTolerance,
+    default_tolerance_table,
+    resolve_tolerance,
+)
+from orchestrator.gates.verdict import (
+    BenchmarkVerdict,
+    CaseVerdict,
+    OutputVerdict,
+    ParityVerdict,
+    ShapeBenchmark,
+    WorstElement,
+)
 
 __all__ = [
     "InputCase", "benchmark_inputs", "gate_cases", "random_cases", "random_shapes",

@@ -21,14 +21,15 @@ This module reads files (dataset loading) but imports nothing beyond numpy and, 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
-from orchestrator.errors import GateError
 from orchestrator.core.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
+from orchestrator.errors import GateError
 
 CaseLabel = Literal["min", "opt", "max", "random"]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
@@ -178,7 +179,8 @@ def random_cases(model: Model, profile: str, data: DataSource,
     return out
 
 
-def benchmark_inputs(model: Model, profile: str, points: Sequence[str], seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+def benchmark_inputs(model: Model, profile: str, points: Sequence[str],
+                     seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
     """One random sample per benchmarked point (``BenchmarkGate.shapes``), keyed by point."""
     per_input = profile_of(model, profile)
     out = {}
@@ -218,7 +220,7 @@ def load_dataset(model: Model, profile: str, data: DataSource) -> InputCase:
     else:
         samples = [_array_sample(model, p) for p in files[: max(1, data.samples)]]
     shapes = {name: tuple(arr.shape) for name, arr in samples[0].items()}
-    for i, sample in enumerate(samples[1:], start=1):
+    for sample in samples[1:]:
         other = {name: tuple(arr.shape) for name, arr in sample.items()}
         if other != shapes:
             shapes = {name: () for name in shapes}  # mixed shapes: recorded per sample by the runner

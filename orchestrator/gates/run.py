@@ -9,13 +9,13 @@ runtime plugin; reference: onnxruntime CPU fp32 on the original ONNX) and closes
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from orchestrator.errors import GateError
-from orchestrator.core.model import BenchmarkGate, Model
 from orchestrator.contracts.runtime import Session
+from orchestrator.core.model import BenchmarkGate, Model
+from orchestrator.errors import GateError
 from orchestrator.gates.inputs import InputCase
 from orchestrator.gates.metrics import compare_output
 from orchestrator.gates.stats import latency_stats

@@ -17,8 +17,9 @@ Throughput is ``batch / mean latency``: samples per second, where ``batch`` is t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class LatencyStats:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "LatencyStats":
+    def from_json(cls, data: dict) -> LatencyStats:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 

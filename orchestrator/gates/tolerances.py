@@ -70,7 +70,7 @@ class ResolvedTolerance:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "ResolvedTolerance":
+    def from_json(cls, data: dict) -> ResolvedTolerance:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 

@@ -71,7 +71,7 @@ class WorstElement:
                 "tolerance_ratio": encode_float(self.tolerance_ratio)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "WorstElement":
+    def from_json(cls, d: dict) -> WorstElement:
         return cls(tuple(d["index"]), decode_float(d["engine"]), decode_float(d["reference"]),
                    decode_float(d["abs_error"]), decode_float(d["tolerance_ratio"]))
 
@@ -120,7 +120,7 @@ class OutputVerdict:
         return data
 
     @classmethod
-    def from_json(cls, d: dict) -> "OutputVerdict":
+    def from_json(cls, d: dict) -> OutputVerdict:
         kwargs = dict(d)
         for name in _OUTPUT_FLOATS:
             kwargs[name] = decode_float(d.get(name))
@@ -153,7 +153,7 @@ class CaseVerdict:
                 "outputs": [o.to_json() for o in self.outputs]}
 
     @classmethod
-    def from_json(cls, d: dict) -> "CaseVerdict":
+    def from_json(cls, d: dict) -> CaseVerdict:
         return cls(d["label"], {k: tuple(v) for k, v in d["input_shapes"].items()}, d["samples"],
                    tuple(OutputVerdict.from_json(o) for o in d["outputs"]), tuple(d.get("reasons", ())))
 
@@ -194,7 +194,7 @@ class ParityVerdict:
                 "reasons": list(self.reasons), "cases": [c.to_json() for c in self.cases]}
 
     @classmethod
-    def from_json(cls, d: dict) -> "ParityVerdict":
+    def from_json(cls, d: dict) -> ParityVerdict:
         return cls(d["precision"], tuple(CaseVerdict.from_json(c) for c in d["cases"]))
 
 
@@ -235,7 +235,7 @@ class ShapeBenchmark:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "ShapeBenchmark":
+    def from_json(cls, d: dict) -> ShapeBenchmark:
         return cls(
             label=d["label"],
             input_shapes={k: tuple(v) for k, v in d["input_shapes"].items()},
@@ -276,6 +276,6 @@ class BenchmarkVerdict:
                 "shapes": [s.to_json() for s in self.shapes]}
 
     @classmethod
-    def from_json(cls, d: dict) -> "BenchmarkVerdict":
+    def from_json(cls, d: dict) -> BenchmarkVerdict:
         return cls(tuple(ShapeBenchmark.from_json(s) for s in d["shapes"]), tuple(d.get("reasons", ())),
                    d.get("thresholds", {}), d.get("baseline"), tuple(d.get("notes", ())))

@@ -17,8 +17,8 @@ themselves are ``orchestrator.core.model``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Callable, Iterable, Sequence
 
 from orchestrator.core.model import Manifest
 from orchestrator.manifest.checks import CapabilitiesFn

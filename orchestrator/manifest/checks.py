@@ -7,12 +7,12 @@ passes the installed plugins. Every check appends findings and goes on; nothing 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
-from orchestrator.errors import OrchestratorError
 from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target
+from orchestrator.errors import OrchestratorError
 from orchestrator.manifest.positions import Finding, Path
 from orchestrator.manifest.schema import did_you_mean
 
@@ -65,7 +65,8 @@ def _duplicates(names: Sequence[str | None], section: str, what: str, out: list[
         if name is None:
             continue
         if name in first:
-            out.append(Finding((section, i, "name"), f"duplicate {what} name '{name}' (first at {section}[{first[name]}])",
+            out.append(Finding((section, i, "name"),
+                               f"duplicate {what} name '{name}' (first at {section}[{first[name]}])",
                                f"{what} names must be unique; rename one"))
         else:
             first[name] = i
@@ -104,16 +105,17 @@ def check_model(model: Model, path: Path, out: list[Finding]) -> None:
                 hint = did_you_mean(member, names) or f"profiles: {', '.join(names) or 'none'}"
                 out.append(Finding(path + ("profile_sets", set_name, k), f"unknown profile '{member}'", hint))
     seen: dict[str, int] = {}
-    for j, spec in enumerate(model.precisions):
+    for j, prec in enumerate(model.precisions):
         ppath = path + ("precisions", j)
-        if spec.name in seen:
-            out.append(Finding(ppath, f"precision '{spec.name}' is listed twice (first at precisions[{seen[spec.name]}])"))
+        if prec.name in seen:
+            out.append(Finding(ppath,
+                               f"precision '{prec.name}' is listed twice (first at precisions[{seen[prec.name]}])"))
             continue
-        seen[spec.name] = j
-        if spec.name == "fp32" and spec.via == "transform":
+        seen[prec.name] = j
+        if prec.name == "fp32" and prec.via == "transform":
             out.append(Finding(ppath, "fp32 has no transform: it is the model's own precision", "drop `via`"))
-        if spec.name in _CALIBRATED and (model.calibration is None or model.calibration.path is None):
-            out.append(Finding(ppath, f"{spec.name} needs calibration data, and model '{model.name}' has none",
+        if prec.name in _CALIBRATED and (model.calibration is None or model.calibration.path is None):
+            out.append(Finding(ppath, f"{prec.name} needs calibration data, and model '{model.name}' has none",
                                "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))
 
 
@@ -149,9 +151,9 @@ def _check_profile(spec: InputSpec, shapes: ProfileShapes, path: Path, constrain
     pairs = (("min", "max"),) if _first_over(shapes.min, shapes.max) is not None else (("min", "opt"), ("opt", "max"))
     for low, high in pairs:
         a, b = getattr(shapes, low), getattr(shapes, high)
-        d = _first_over(a, b)
-        if d is not None:
-            out.append(Finding(path + (high,), f"{low} {_dims(a)} exceeds {high} {_dims(b)} in dim {d}",
+        over = _first_over(a, b)
+        if over is not None:
+            out.append(Finding(path + (high,), f"{low} {_dims(a)} exceeds {high} {_dims(b)} in dim {over}",
                                "each dim needs min <= opt <= max"))
 
 

@@ -16,9 +16,26 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.core.model import (BenchmarkGate, BuilderOptions, DataSource, DimConstraint, GateSettings, InputSpec, MatrixRule,
-                    Model, ParityGate, PrecisionSpec, Preprocess, ProfileShapes, RegistryConfig, RunnerLabels,
-                    RunnerPool, SourceModel, Target, Tolerance)
+from orchestrator.core.model import (
+    BenchmarkGate,
+    BuilderOptions,
+    DataSource,
+    DimConstraint,
+    GateSettings,
+    InputSpec,
+    MatrixRule,
+    Model,
+    ParityGate,
+    PrecisionSpec,
+    Preprocess,
+    ProfileShapes,
+    RegistryConfig,
+    RunnerLabels,
+    RunnerPool,
+    SourceModel,
+    Target,
+    Tolerance,
+)
 from orchestrator.manifest.positions import Finding, Path
 
 _CC = re.compile(r"^[0-9]+\.[0-9]$")
@@ -179,7 +196,8 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
 
 
 def _options(raw: dict) -> BuilderOptions:
-    return BuilderOptions(**{k: (dict(v) if k == "extra" else v) for k, v in raw.items()})
+    options: dict[str, Any] = {k: (dict(v) if k == "extra" else v) for k, v in raw.items()}
+    return BuilderOptions(**options)
 
 
 def _rule(raw: dict) -> MatrixRule:

@@ -6,14 +6,15 @@ every finding into a positioned ``Problem``. Raises one ``ManifestError`` carryi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import cast
 
+from orchestrator.core.model import Manifest, Model, RegistryConfig, Target
 from orchestrator.digests import hash_file
 from orchestrator.errors import ManifestError, Problem
 from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
 from orchestrator.manifest.convert import convert
-from orchestrator.core.model import Manifest
 from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, render_path
 from orchestrator.manifest.schema import kind_of, schema_findings
 
@@ -125,12 +126,14 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
                                      _names(data, "targets"), converted.include, converted.exclude),
                           capabilities=capabilities, builder_names=builder_names)
         findings += _file_findings(converted.models, converted.targets)
-        if not findings:
+        if not findings:  # then every entry was typed and the registry converted: a None comes with a finding
             manifest = Manifest(
                 file=file, project=data.get("project", os.path.splitext(os.path.basename(file))[0]),
-                models=tuple(converted.models), targets=tuple(converted.targets),
+                models=tuple(cast("list[Model]", converted.models)),
+                targets=tuple(cast("list[Target]", converted.targets)),
                 include=tuple(converted.include), exclude=tuple(converted.exclude),
-                registry=converted.registry, runner_pools=tuple(converted.pools), salt=data.get("salt", ""))
+                registry=cast(RegistryConfig, converted.registry), runner_pools=tuple(converted.pools),
+                salt=data.get("salt", ""))
     problems = tuple(_problem(f, source, redirects) for f in findings)
     names: dict[tuple[str, str], Problem] = {}
     if isinstance(data, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -113,7 +113,7 @@ class _Builder:
         inner = active | {id(node)}
         if isinstance(node, yaml.SequenceNode):
             return [self.build(child, path + (i,), inner) for i, child in enumerate(node.value)]
-        return self._mapping(node, path, inner)
+        return self._mapping(cast(yaml.MappingNode, node), path, inner)  # the only other kind PyYAML composes
 
     def _mapping(self, node: yaml.MappingNode, path: Path, active: frozenset[int]) -> dict:
         out: dict[str, Any] = {}

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import ValidationError
@@ -22,8 +23,8 @@ from orchestrator.manifest.positions import Finding, Path, SourceMap
 SCHEMA_FILE = "manifest-v1.schema.json"
 _JSON_TYPES = {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "integer", float: "number",
                type(None): "null"}
-_SCHEMA_TYPES = {"object": "mapping", "array": "list", "string": "string", "boolean": "boolean",
-                 "integer": "integer", "number": "number", "null": "null"}
+_SCHEMA_TYPES: dict[str | None, str] = {"object": "mapping", "array": "list", "string": "string",
+                                        "boolean": "boolean", "integer": "integer", "number": "number", "null": "null"}
 
 
 def schema() -> dict:
@@ -41,7 +42,7 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema())
 
 
-def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str | None:
+def did_you_mean(word: str, choices: Sequence[str]) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None
 

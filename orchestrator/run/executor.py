@@ -20,12 +20,13 @@ import os
 import shutil
 import time
 import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Mapping
+from typing import Literal
 
-from orchestrator.errors import OrchestratorError
 from orchestrator.core.graph import Node
+from orchestrator.errors import OrchestratorError
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
 _DIR_OF_KIND = {"prepare": "prepare", "transform": "transform", "build": "build",

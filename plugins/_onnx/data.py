@@ -15,11 +15,11 @@ At most ``DataSource.samples`` samples are produced. numpy is imported inside fu
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
-from orchestrator.errors import BuildError
 from orchestrator.core.model import DataSource, Preprocess
+from orchestrator.errors import BuildError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.contracts.builder import BuilderCapabilities
-from orchestrator.core.versions import parse_cc, parse_version
-from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.core.versions import parse_cc, parse_version
+from orchestrator.errors import BuildError
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]

@@ -9,7 +9,7 @@ Documented layout (trtexec ``--getPlanVersionOnly``, OSS@v11.1:samples/common/sa
 - bytes 24..27: the builder's major, minor, patch, build, one byte each, in that order.
 
 The byte order of 24..27 was checked on a real TensorRT-RTX 1.7.1.116 plan built on this machine
-(tests/unit/test_engine_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116. (The reference's note
+(tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116. (The reference's note
 "00 01 07 01" is the window shifted one byte left: byte 23 is padding.) One byte per field means a build number
 above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented, so the
 compute capability is not read from it.

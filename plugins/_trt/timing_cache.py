@@ -14,15 +14,14 @@ and atomic parts are testable without TensorRT.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock
 
+from orchestrator.atomic import write_bytes_atomic
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins import _cuda
-
-from orchestrator.atomic import write_bytes_atomic
 
 LOCK_TIMEOUT_S = 300.0
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import collections
 import time
-from importlib import metadata
 from pathlib import Path
 
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
 from orchestrator.core.artifact import ONNX_ENGINE_MEDIA_TYPE
-from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
 
 ENGINE_NAME = "engine.onnx"
@@ -111,7 +109,8 @@ class OnnxRuntimeBuilder:
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level_name])
         options.optimized_model_filepath = str(engine_path)
-        if model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD:  # protobuf's 2 GiB limit: weights go beside the model
+        # protobuf's 2 GiB limit: weights go beside the model
+        if model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD:
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                              ENGINE_NAME + ".data")
         started = time.perf_counter()

@@ -13,20 +13,26 @@ from __future__ import annotations
 import glob
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from trt_orchestrator_plugins._trt import timing_cache
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile, \
-    probe_target
-from orchestrator.errors import BuildError
+from orchestrator.contracts.builder import (
+    BuilderCapabilities,
+    BuildRequest,
+    BuildResult,
+    OptimizationProfile,
+    probe_target,
+)
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import DataSource, Target
-
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import timing_cache
+
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
 LAYER_INFO_FILE = "layer_info.json"

@@ -15,16 +15,15 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterator
 
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
-from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt.plan_header import read_header
 
 DISTRIBUTION = "tensorrt-rtx"

@@ -19,15 +19,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, OptimizationProfile, \
-    probe_target
-from orchestrator.core.versions import parse_version
-from orchestrator.errors import BuildError
+from orchestrator.contracts.builder import (
+    BuilderCapabilities,
+    BuildRequest,
+    BuildResult,
+    OptimizationProfile,
+    probe_target,
+)
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-
+from orchestrator.core.versions import parse_version
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import config as _trt_config
 from trt_orchestrator_plugins._trt import timing_cache
+
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
 LAYER_INFO_FILE = "layer_info.json"

@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path, PurePosixPath
-from typing import Iterable, Sequence
+from pathlib import PurePosixPath
 
 import yaml
 
@@ -130,8 +130,8 @@ class GitHubEmitter:
                python: str = "3.11", workflow_path: str = WORKFLOW_PATH) -> dict[str, str]:
         """The workflow and `.github/actionlint.yaml`, as {repo-relative path: text}. Same plan, same bytes.
 
-        Pass a plan made against an empty index (``orchestrator.app.ci.workflow_plan``) so the output depends only on the
-        manifests; the real matrix is computed at run time from the plan the workflow itself makes."""
+        Pass a plan made against an empty index (``orchestrator.app.ci.workflow_plan``) so the output depends only on
+        the manifests; the real matrix is computed at run time from the plan the workflow itself makes."""
         if not manifests:
             raise CIError("no manifests given", hint="pass the manifest files the workflow should plan")
         paths = sorted({_check_manifest_path(p) for p in manifests})

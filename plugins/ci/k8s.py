@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import yaml
 
-from orchestrator.errors import CIError
 from orchestrator.core.plan import Plan, Shard
+from orchestrator.errors import CIError
 
 OUTPUT_PATH = "k8s/engines.yaml"
 NODE_LABEL_PREFIX = "trt-orchestrator/label-"

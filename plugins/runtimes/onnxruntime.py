@@ -22,9 +22,9 @@ Timing (``Session.benchmark``):
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -106,7 +106,7 @@ class OnnxRuntimeRuntime:
     def verify_engine(self, engine_path: Path, engine: EngineDescriptor) -> str | None:
         return None  # an ONNX file has no plan header; the store verified its digest
 
-    def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> "OrtSession":
+    def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> OrtSession:
         device = "cuda" if options.device == "cuda" or engine.target.device in ("cuda", "gpu") else "cpu"
         return OrtSession(Path(engine_path), device)
 

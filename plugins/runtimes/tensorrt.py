@@ -1,8 +1,8 @@
 """The ``tensorrt`` runtime, and the session code it shares with ``tensorrt-rtx``.
 
 Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from metadata first
-(``orchestrator.core.compat``), then the plan's own header is checked (``trt_orchestrator_plugins._trt.plan_header``), and only then
-are the bytes deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
+(``trt_orchestrator_plugins._trt.compat``), then the plan's own header is checked (``trt_orchestrator_plugins._trt.plan_header``),
+and only then are the bytes deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
 ``get_tensor_name/mode/dtype``, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3(int stream)``;
 device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_memory_size_v2`` +
 ``set_device_memory``; 8.6 ``create_execution_context_without_device_memory`` + ``device_memory``
@@ -12,9 +12,10 @@ device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,9 @@ from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
 from orchestrator.errors import GateError
+from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import compat, plan_header
 from trt_orchestrator_plugins._trt.config import memory_api
-from trt_orchestrator_plugins import _cuda
 
 
 class _RuntimeLog:

@@ -19,9 +19,9 @@ import os
 import queue
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from orchestrator.atomic import fsync_dir, write_json_atomic
 
@@ -125,7 +125,7 @@ class StagedHasher:
             raise self._error
         return self._hash.hexdigest()
 
-    def __enter__(self) -> "StagedHasher":
+    def __enter__(self) -> StagedHasher:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,14 +24,13 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
-from orchestrator.core.model import RegistryConfig
-from orchestrator.metadata import index_entry, utc_now, validate_metadata
 from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
-
+from orchestrator.core.model import RegistryConfig
+from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
+from orchestrator.metadata import index_entry, utc_now, validate_metadata
 from trt_orchestrator_plugins.stores._atomic import atomic_write_json, commit, stage_copy
 
 INDEX_FORMAT = 1

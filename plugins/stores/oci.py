@@ -33,28 +33,29 @@ reported as ``StoreUnavailableError``.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
 import random
 import re
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError, StoreUnavailableError
+from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
 from orchestrator.core.model import RegistryConfig
+from orchestrator.digests import hash_file
+from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError, StoreUnavailableError
 from orchestrator.metadata import (
     METADATA_MEDIA_TYPE,
     ONNX_ENGINE_MEDIA_TYPE,
     utc_now,
     validate_metadata,
 )
-from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
-
-from orchestrator.digests import hash_file
 from trt_orchestrator_plugins.stores._atomic import atomic_writer
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -437,7 +438,7 @@ class OciStore:
             hexdigest, size = hash_file(str(path))[0].split(":", 1)[1], path.stat().st_size
             digest = f"sha256:{hexdigest}"
             self._retrying(f"uploading {path.name} of {address}",
-                           lambda: self._upload_blob(repo, path, digest, size, what=address))
+                           functools.partial(self._upload_blob, repo, path, digest, size, what=address))
             attachments.append({"name": path.name, "role": role, "digest": digest, "size": size})
             layers.append({"mediaType": LOG_MEDIA_TYPE if role == "log" else EXTRA_MEDIA_TYPE,
                            "digest": digest, "size": size,

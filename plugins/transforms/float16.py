@@ -22,9 +22,8 @@ from importlib import metadata
 from typing import Literal
 
 from orchestrator.contracts.builder import TransformRequest
-from orchestrator.errors import BuildError
 from orchestrator.core.model import PrecisionSpec
-
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._onnx.io import load_model, save_model
 
 # onnxconverter-common 1.16's float16.DEFAULT_OP_BLOCK_LIST, copied so that settings() stays pure; the list is
@@ -231,7 +230,7 @@ def _restore_float_outputs(original, converted) -> list[str]:
     wanted = {o.name for o in original.graph.output if o.type.tensor_type.elem_type == TensorProto.FLOAT}
     producers = {out: node for node in converted.graph.node for out in node.output}
     repaired = []
-    for index, output in enumerate(converted.graph.output):
+    for output in converted.graph.output:
         tensor_type = output.type.tensor_type
         if output.name not in wanted or tensor_type.elem_type == TensorProto.FLOAT:
             continue

@@ -18,11 +18,10 @@ from importlib import metadata
 from pathlib import Path
 
 from orchestrator.contracts.builder import TransformRequest
-from orchestrator.errors import BuildError
 from orchestrator.core.model import PrecisionSpec
-
-from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, load_model, model_bytes, save_model
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._onnx.data import iter_samples
+from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, load_model, model_bytes, save_model
 
 EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 # Only the weighted ops TensorRT runs in int8 get Q/DQ (what NVIDIA ModelOpt's int8 ONNX path quantizes first).

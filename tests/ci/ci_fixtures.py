@@ -19,7 +19,6 @@ import yaml
 
 import orchestrator.manifest  # noqa: F401  (import order: the manifest package before builders)
 from orchestrator.app import ci as app_ci
-from orchestrator.manifest import load_manifests
 from orchestrator.core.model import (
     GateSettings,
     InputSpec,
@@ -32,6 +31,7 @@ from orchestrator.core.model import (
     SourceModel,
     Target,
 )
+from orchestrator.manifest import load_manifests
 from trt_orchestrator_plugins.ci import github
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,6 @@
 """The committed engine workflow is exactly what `orchestrate ci github manifests/demo.yaml manifests/fleet.yaml
--o .github/workflows/engines.yml` generates (same code path: ``orchestrator.app.ci.workflow_files``), byte for byte, and it lints."""
+-o .github/workflows/engines.yml` generates (same code path: ``orchestrator.app.ci.workflow_files``), byte for byte,
+and it lints."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ManifestError
 from orchestrator.app.ci import workflow_files
+from orchestrator.errors import ManifestError
 from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH
 
 from .ci_fixtures import REPO, actionlint, check_jsonschema

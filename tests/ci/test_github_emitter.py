@@ -12,6 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator import plugins
+from orchestrator.errors import CIError
+from trt_orchestrator_plugins.ci import github
+from trt_orchestrator_plugins.ci.github import ACTIONLINT_CONFIG_PATH, MAX_MATRIX, WORKFLOW_PATH, emitter
+
 from .ci_fixtures import (
     HOSTILE,
     HOSTILE_LABELS,
@@ -26,11 +31,6 @@ from .ci_fixtures import (
     trt_target,
     write_manifest,
 )
-from orchestrator import plugins
-from orchestrator.errors import CIError
-from trt_orchestrator_plugins.ci.github import MAX_MATRIX
-from trt_orchestrator_plugins.ci import github
-from trt_orchestrator_plugins.ci.github import ACTIONLINT_CONFIG_PATH, WORKFLOW_PATH, emitter
 
 MATRIX_SCRIPT = Path(github.__file__).with_name("templates") / "matrix.py"
 

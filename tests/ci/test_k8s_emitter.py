@@ -10,12 +10,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .ci_fixtures import (HOSTILE, HOSTILE_LABELS, hostile_manifest, model_entry, plan_for_workflow, plan_of, trt_target,
-                          write_manifest)
 from orchestrator import plugins
 from orchestrator.errors import CIError
-from trt_orchestrator_plugins.ci import github
 from trt_orchestrator_plugins.ci.k8s import OUTPUT_PATH, emitter, node_selector
+
+from .ci_fixtures import (
+    HOSTILE,
+    HOSTILE_LABELS,
+    hostile_manifest,
+    model_entry,
+    plan_for_workflow,
+    plan_of,
+    trt_target,
+    write_manifest,
+)
 
 K8S_VERSION = "1.30"  # backoffLimitPerIndex is beta from 1.29; the schemas of 1.30 know it
 

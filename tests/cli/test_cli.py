@@ -130,7 +130,8 @@ def test_manifest_errors_exit_1_with_location_and_no_traceback(project):
     proc = run("plan", "bad.yaml", cwd=project)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert "bad.yaml:12:5: models[0].precisoins: unknown key" in proc.stderr and "did you mean 'precisions'?" in proc.stderr
+    assert "bad.yaml:12:5: models[0].precisoins: unknown key" in proc.stderr
+    assert "did you mean 'precisions'?" in proc.stderr
 
 
 def test_manifest_errors_as_json(project):

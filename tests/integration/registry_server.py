@@ -56,7 +56,7 @@ class RegistryServer:
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "RegistryServer":
+    def start(self) -> RegistryServer:
         log = open(self.workdir / "registry.log", "ab")
         self.proc = subprocess.Popen([BINARY, "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -91,7 +91,7 @@ class RegistryServer:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def restart(self) -> "RegistryServer":
+    def restart(self) -> RegistryServer:
         self.stop()
         return self.start()
 
@@ -130,9 +130,9 @@ def make_artifact(directory: Path, *, model: str = "ocr-det", version: str = "4.
     """An engine-like file (deterministic for the same arguments) and its valid metadata -> ArtifactFiles."""
     import random
 
+    from orchestrator.contracts.store import ArtifactFiles
     from orchestrator.core.fingerprint import RunnerFingerprint
     from orchestrator.core.model import Target, target_slug
-    from orchestrator.contracts.store import ArtifactFiles
     from orchestrator.metadata import ENGINE_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE, GateSummary, engine_file, new_metadata
 
     target = Target(name=f"sm{cc.replace('.', '')}", builder=builder, builder_version=builder_version,
@@ -164,7 +164,8 @@ def make_artifact(directory: Path, *, model: str = "ocr-det", version: str = "4.
         address=address, model_name=model, model_version=version, model_digest="sha256:" + "a" * 64,
         precision=precision, profile_set=profile_set, profiles=(profile_set,), target=target,
         builder_version=builder_version, build_key=build_key, key_inputs=key_inputs,
-        engine=engine_file(engine, media_type=ONNX_ENGINE_MEDIA_TYPE if builder == "onnxruntime" else ENGINE_MEDIA_TYPE),
+        engine=engine_file(engine,
+                           media_type=ONNX_ENGINE_MEDIA_TYPE if builder == "onnxruntime" else ENGINE_MEDIA_TYPE),
         runtime=builder,
         runner=RunnerFingerprint(os="linux", arch="x86_64"),
         gates=GateSummary(status="pending", ungated_publish_allowed=True),

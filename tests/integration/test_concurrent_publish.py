@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
 try:  # tests/ may or may not be a package
-    from .registry_server import registry, make_artifact  # noqa: F401
+    from .registry_server import make_artifact, registry  # noqa: F401
 except ImportError:
-    from registry_server import registry, make_artifact  # noqa: F401
+    from registry_server import make_artifact, registry  # noqa: F401
 
 HERE = Path(__file__).parent
 WORKERS = 8

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+
 try:  # tests/ may or may not be a package
     from .registry_server import flip_byte, make_artifact  # noqa: F401
 except ImportError:
     from registry_server import flip_byte, make_artifact  # noqa: F401
 
-from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
 from orchestrator.core.model import RegistryConfig
+from orchestrator.core.query import select
+from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
 from orchestrator.metadata import InvalidMetadataError
 from trt_orchestrator_plugins.stores.local import LocalStore
-from orchestrator.core.query import select
 
 pytestmark = pytest.mark.integration
 

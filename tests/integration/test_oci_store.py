@@ -6,16 +6,17 @@ import threading
 import time
 
 import pytest
+
 try:  # tests/ may or may not be a package
     from .registry_server import RegistryServer, flip_byte, free_port, make_artifact, registry, require_binary  # noqa: F401
 except ImportError:
     from registry_server import RegistryServer, flip_byte, free_port, make_artifact, registry, require_binary  # noqa: F401
 
-from orchestrator.errors import IntegrityError, StoreUnavailableError
 from orchestrator.core.model import RegistryConfig
+from orchestrator.core.query import select
+from orchestrator.errors import IntegrityError, StoreUnavailableError
 from orchestrator.metadata import ENGINE_MEDIA_TYPE, METADATA_MEDIA_TYPE, ONNX_ENGINE_MEDIA_TYPE
 from trt_orchestrator_plugins.stores.oci import OciStore
-from orchestrator.core.query import select
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
-from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins.builders.onnxruntime import builder
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install 'trt-orchestrator[ort]')")

@@ -14,23 +14,31 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from orchestrator.gates import gate_cases, run_benchmark, run_parity  # noqa: E402
-from orchestrator.gates.inputs import benchmark_inputs  # noqa: E402
-from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict  # noqa: E402
+from orchestrator.contracts.runtime import Runtime, RuntimeOptions  # noqa: E402
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget  # noqa: E402
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint  # noqa: E402
 from orchestrator.core.model import (  # noqa: E402
-    BenchmarkGate, DataSource, GateSettings, InputSpec, Model, ParityGate, PrecisionSpec, ProfileShapes,
+    BenchmarkGate,
+    DataSource,
+    GateSettings,
+    InputSpec,
+    Model,
+    ParityGate,
+    PrecisionSpec,
+    ProfileShapes,
     SourceModel,
 )
-from orchestrator.contracts.runtime import Runtime, RuntimeOptions  # noqa: E402
+from orchestrator.gates import gate_cases, run_benchmark, run_parity  # noqa: E402
+from orchestrator.gates.inputs import benchmark_inputs  # noqa: E402
+from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict  # noqa: E402
 from trt_orchestrator_plugins.runtimes.onnxruntime import runtime  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 
-def classifier(scale: float = 1.0) -> "onnx.ModelProto":
-    """x[N,3,32,32] -> Conv 3x3 (8) -> Relu -> Conv 3x3 stride 2 (16) -> Relu -> GAP -> Flatten -> Gemm -> logits[N,10]."""
+def classifier(scale: float = 1.0) -> onnx.ModelProto:
+    """x[N,3,32,32] -> Conv 3x3 (8) -> Relu -> Conv 3x3 stride 2 (16) -> Relu -> GAP -> Flatten -> Gemm
+    -> logits[N,10]."""
     rng = np.random.default_rng(1234)
     w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
     b1 = (rng.standard_normal(8) * 0.1).astype(np.float32)

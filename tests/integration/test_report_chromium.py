@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from orchestrator.cli.render.report import render_report
 from orchestrator.gates.metrics import compare_output
 from orchestrator.gates.stats import latency_stats
 from orchestrator.gates.tolerances import DEFAULT_TOLERANCES
 from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, ParityVerdict, ShapeBenchmark
-from orchestrator.cli.render.report import render_report
 
 pytestmark = pytest.mark.integration
 

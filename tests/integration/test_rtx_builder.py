@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile, TransformRequest
-from orchestrator.errors import BuildError
 from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins.builders.tensorrt_rtx import builder
 from trt_orchestrator_plugins.transforms.float16 import fp16
 
@@ -154,7 +154,7 @@ def test_ort_only_quantization_ops_fail_with_every_parser_error(tmp_path):
     text = str(info.value)
     assert "ONNX parser rejected ort_only.onnx (2 errors)" in text
     for name, op, desc in expected:
-        line = next(l for l in text.splitlines() if repr(name) in l)
+        line = next(ln for ln in text.splitlines() if repr(name) in ln)
         assert f"({op})" in line and desc in line and "UNSUPPORTED_NODE" in line
     assert "int8-qdq" in (info.value.hint or "")
     assert (tmp_path / "out" / "build.log").read_text().count("[ERROR]") >= 2

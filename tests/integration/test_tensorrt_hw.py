@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from orchestrator import plugins
+from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
+from orchestrator.contracts.runtime import RuntimeOptions
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.fingerprint import RunnerFingerprint
-
-from trt_orchestrator_plugins._trt import plan_header as engine_header
-from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
-from orchestrator.errors import GateError
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.contracts.runtime import RuntimeOptions
+from orchestrator.errors import GateError
+from trt_orchestrator_plugins._trt import plan_header as engine_header
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from orchestrator import plugins
-from orchestrator.core.model import Target
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.model import Target
 from trt_orchestrator_plugins.builders import onnxruntime as ort_plugin
 from trt_orchestrator_plugins.builders import tensorrt_rtx as rtx_plugin
 

@@ -18,6 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.core.model import BuilderOptions
+from orchestrator.core.resolve import ResolveInputs, resolve
 from tests.unit.core_fixtures import (
     capabilities,
     image_input,
@@ -29,8 +31,6 @@ from tests.unit.core_fixtures import (
     shapes,
     target,
 )
-from orchestrator.core.model import BuilderOptions
-from orchestrator.core.resolve import ResolveInputs, resolve
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROFILE_NAMES = ("small", "large", "batch")

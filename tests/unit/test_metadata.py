@@ -7,19 +7,18 @@ import hashlib
 
 import pytest
 
-from orchestrator.errors import StoreError
 from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, Target
+from orchestrator.errors import StoreError
 from orchestrator.metadata import (
     ENGINE_MEDIA_TYPE,
     ONNX_ENGINE_MEDIA_TYPE,
     EngineFile,
     GateSummary,
     InvalidMetadataError,
-    build_metadata,
     engine_file,
-    new_metadata,
     index_entry,
+    new_metadata,
     provenance_statement,
     validate_metadata,
 )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
-from orchestrator.errors import PlanError
-from orchestrator.core.plan import make_shards, plan_against, plan_from_json
 from orchestrator.contracts.store import IndexEntry
+from orchestrator.core.plan import make_shards, plan_against, plan_from_json
 from orchestrator.core.resolve import resolve
+from orchestrator.errors import PlanError
+from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 
 A = "ocr-det/fp16/default@sm89+trt10.13"
 ENGINE = "sha256:" + "e" * 64
@@ -155,8 +155,10 @@ def test_without_an_emitter_limit_any_number_of_label_sets_plans():
 def test_shard_ids_are_unique_even_when_label_slugs_collide():
     long = ("self-hosted", "linux", "x64", "gpu", "nvidia-l4-24gb", "sm89", "tensorrt")  # > 60 chars: truncated
     m = manifest([model("m", precs=("fp32",))],
-                 [target("a", build=long + ("10.13.2.6",)), target("b", version="10.8.0.43", build=long + ("10.8.0.43",)),
-                  target("c", version="10.9.0.34", build=("gpu a",)), target("d", version="10.10.0.31", build=("gpu/a",))])
+                 [target("a", build=long + ("10.13.2.6",)),
+                  target("b", version="10.8.0.43", build=long + ("10.8.0.43",)),
+                  target("c", version="10.9.0.34", build=("gpu a",)),
+                  target("d", version="10.10.0.31", build=("gpu/a",))])
     shards = plan_against(_graph(m), {}, "s").shards
     ids = [s.id for s in shards]
     assert len(set(ids)) == len(ids) == 4, ids

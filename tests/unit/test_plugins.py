@@ -30,7 +30,8 @@ def test_every_builder_declares_capabilities_per_version():
 def test_unknown_plugin_suggests_a_close_name():
     with pytest.raises(PluginError) as e:
         plugins.builder("tensorrt-rtz")
-    assert "plugin 'tensorrt-rtz' (entry point group trt_orchestrator.builders): no such plugin installed" in str(e.value)
+    assert ("plugin 'tensorrt-rtz' (entry point group trt_orchestrator.builders): no such plugin installed"
+            in str(e.value))
     assert e.value.hint == "did you mean 'tensorrt-rtx'?"
 
 

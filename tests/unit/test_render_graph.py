@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
-from orchestrator.errors import UsageError
-from orchestrator.core.graph import NODE_KINDS, BuildGraph, Node
 from orchestrator.cli.render.graph import mermaid_label, nodes_from_json, render
+from orchestrator.core.graph import NODE_KINDS, BuildGraph, Node
 from orchestrator.core.resolve import resolve, topological_order
+from orchestrator.errors import UsageError
+from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 
 
 def _graph() -> BuildGraph:

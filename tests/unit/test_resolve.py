@@ -8,22 +8,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.core.model import MatrixRule, RunnerPool
+from orchestrator.core.resolve import ResolveInputs, resolve, topological_order
+from orchestrator.errors import ManifestError
 from tests.unit.core_fixtures import (
     capabilities,
     image_input,
     inputs_for,
     manifest,
     model,
-    path_digest,
     ort_target,
+    path_digest,
     precisions,
     rtx_target,
     shapes,
     target,
 )
-from orchestrator.errors import ManifestError
-from orchestrator.core.model import MatrixRule, RunnerPool
-from orchestrator.core.resolve import ResolveInputs, resolve, topological_order
 
 
 def _resolve(*manifests, **kw):
@@ -216,7 +216,8 @@ def test_blocked_cell_has_a_key_but_no_work_nodes():
     assert blocked.blocked and len(blocked.build_key) == 64
     assert g.nodes_of(blocked.address) == []
     # the fp8 Q/DQ transform is only needed by the blocked cell: it must not be scheduled
-    assert [n.id for n in g.nodes.values() if n.kind == "transform"] == [g.cell("m/fp16/default@sm86+rtx1.2").transform_node]
+    transforms = [n.id for n in g.nodes.values() if n.kind == "transform"]
+    assert transforms == [g.cell("m/fp16/default@sm86+rtx1.2").transform_node]
 
 
 def test_model_whose_cells_are_all_blocked_has_no_prepare_node():

@@ -8,10 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from trt_orchestrator_plugins._trt import timing_cache
-from orchestrator.errors import BuildError
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import config as cfg
+from trt_orchestrator_plugins._trt import timing_cache
+
+
 def target(version="10.13.3.9", ccs=("8.9",), hw="none", builder="tensorrt", **options) -> Target:
     return Target(name="t", builder=builder, builder_version=version, compute_capabilities=ccs,
                   hardware_compatibility=hw, options=BuilderOptions(**options))

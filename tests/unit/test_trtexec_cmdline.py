@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
-from orchestrator.errors import BuildError
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
-from trt_orchestrator_plugins.builders.trtexec import parse_trtexec_output, trtexec_command, banner_version
+from orchestrator.errors import BuildError
+from trt_orchestrator_plugins.builders.trtexec import banner_version, parse_trtexec_output, trtexec_command
 
 OUT = Path("/o")
 DEFAULT = OptimizationProfile("default", {"x": ((1, 3, 224, 224), (4, 3, 224, 224), (8, 3, 224, 224))})
@@ -107,7 +107,7 @@ SAMPLE = """\
 [11/21/2026-10:00:20] [I] Total Host Walltime: 3.00 s
 [11/21/2026-10:00:20] [I] Total GPU Compute Time: 2.40 s
 &&&& PASSED TensorRT.trtexec [TensorRT v101300] [b9] # trtexec --onnx=/m.onnx
-"""
+"""  # noqa: E501  (trtexec's long summary lines, verbatim)
 
 FAILED = """\
 &&&& RUNNING TensorRT.trtexec [TensorRT v110100] # trtexec --onnx=/m.onnx --fp16

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from orchestrator.errors import UsageError
 from orchestrator.core.graph import NODE_KINDS, BuildGraph, Node
+from orchestrator.errors import UsageError
 
 Format = Literal["mermaid", "dot", "json"]
 FORMATS: tuple[str, ...] = ("mermaid", "dot", "json")

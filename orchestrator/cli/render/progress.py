@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from orchestrator.run.executor import NodeReport, RunSummary
-from orchestrator.core.graph import Node
 from orchestrator.cli.common import console_err
+from orchestrator.core.graph import Node
+from orchestrator.run.executor import NodeReport, RunSummary
 
 _MARK = {"done": "[green]✓[/]", "cached": "[dim]=[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]",
          "pending": "[cyan]…[/]", "interrupted": "[red]![/]"}
@@ -27,7 +26,7 @@ class ProgressView:
                                      transient=True)
             self.overall = self.progress.add_task(title, total=total)
 
-    def __enter__(self) -> "ProgressView":
+    def __enter__(self) -> ProgressView:
         if self.progress:
             self.progress.start()
         return self

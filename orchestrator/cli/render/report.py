@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Literal
+
+from orchestrator.atomic import write_bytes_atomic
 
 STATUS_COLOURS = {
     "passed": ("#1a7f37", "#dafbe1"),
@@ -235,7 +238,7 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_bytes_atomic(out, page.encode("utf-8"))
     return out
 
 

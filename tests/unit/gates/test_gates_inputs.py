@@ -5,11 +5,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.core.model import (
+    DataSource,
+    DimConstraint,
+    GateSettings,
+    InputSpec,
+    Model,
+    Preprocess,
+    ProfileShapes,
+    SourceModel,
+)
 from orchestrator.errors import GateError
 from orchestrator.gates.inputs import allowed_range, gate_cases, load_dataset, preprocess_image, random_shapes
-from orchestrator.core.model import (
-    DataSource, DimConstraint, GateSettings, InputSpec, Model, Preprocess, ProfileShapes, SourceModel,
-)
 
 
 def model(inputs, constraints=(), **kw) -> Model:

@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from orchestrator.gates.metrics import (
-    compare_output, cosine_similarity, relative_l2, topk_agreement, violation_mask,
+    compare_output,
+    cosine_similarity,
+    relative_l2,
+    topk_agreement,
+    violation_mask,
 )
 from orchestrator.gates.tolerances import ResolvedTolerance
 

@@ -8,14 +8,21 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from orchestrator.cli.render.report import report_json, summary_table
+from orchestrator.contracts.runtime import Timing
+from orchestrator.core.model import (
+    BenchmarkGate,
+    DataSource,
+    GateSettings,
+    InputSpec,
+    Model,
+    ParityGate,
+    SourceModel,
+    Tolerance,
+)
 from orchestrator.errors import GateError
 from orchestrator.gates import gate_cases, run_benchmark, run_parity
 from orchestrator.gates.verdict import ParityVerdict
-from orchestrator.core.model import (
-    BenchmarkGate, DataSource, GateSettings, InputSpec, Model, ParityGate, SourceModel, Tolerance,
-)
-from orchestrator.cli.render.report import report_json, summary_table
-from orchestrator.contracts.runtime import Timing
 
 
 class Affine:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.gates.tolerances import DEFAULT_TOLERANCES, default_tolerance_table, resolve_tolerance
 from orchestrator.core.model import ParityGate, Tolerance
+from orchestrator.gates.tolerances import DEFAULT_TOLERANCES, default_tolerance_table, resolve_tolerance
 
 
 def test_defaults_get_looser_with_precision():
@@ -34,8 +34,8 @@ def test_unknown_precision_names_the_known_ones():
 
 
 def test_fp32_on_a_tf32_runtime_starts_from_the_tf32_default():
-    from orchestrator.gates.tolerances import resolve_tolerance
     from orchestrator.core.model import ParityGate, Tolerance
+    from orchestrator.gates.tolerances import resolve_tolerance
 
     cpu = resolve_tolerance(ParityGate(), "fp32", "y")
     gpu = resolve_tolerance(ParityGate(), "fp32", "y", tf32=True)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from orchestrator.core.model import (
+    GateSettings,
+    InputSpec,
+    MatrixRule,
+    Model,
+    PrecisionSpec,
+    ProfileShapes,
+    SourceModel,
+    Target,
+)
 from orchestrator.manifest.checks import CheckInput, check
-from orchestrator.core.model import (GateSettings, InputSpec, MatrixRule, Model, PrecisionSpec, ProfileShapes,
-                                         SourceModel, Target)
 
 from . import fakes
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from orchestrator.core.model import MatrixRule, PrecisionSpec, ProfileShapes, RegistryConfig, RunnerPool
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import load_manifest, load_manifests, schema
-from orchestrator.core.model import MatrixRule, PrecisionSpec, ProfileShapes, RegistryConfig, RunnerPool
 
 from . import fakes
 
@@ -205,7 +205,8 @@ def test_duplicate_names_across_files_point_at_both(repo_root):
 
 def test_schema_is_draft_2020_12_with_id_and_accepts_the_examples():
     s = schema()
-    assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema" and s["$id"].endswith("manifest-v1.schema.json")
+    assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert s["$id"].endswith("manifest-v1.schema.json")
     jsonschema.Draft202012Validator.check_schema(s)
     import yaml
     for name in ("demo.yaml", "fleet.yaml"):
