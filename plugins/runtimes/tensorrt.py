@@ -1,8 +1,8 @@
 """The ``tensorrt`` runtime, and the session code it shares with ``tensorrt-rtx``.
 
-Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from metadata first
-(``trt_orchestrator_plugins._trt.compat``), then the plan's own header is checked (``trt_orchestrator_plugins._trt.plan_header``),
-and only then are the bytes deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
+Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from the descriptor first
+(``_trt.compat``), then the plan's own header is checked (``_trt.plan_header``), and only then are the bytes
+deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
 ``get_tensor_name/mode/dtype``, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3(int stream)``;
 device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_memory_size_v2`` +
 ``set_device_memory``; 8.6 ``create_execution_context_without_device_memory`` + ``device_memory``

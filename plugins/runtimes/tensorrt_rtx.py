@@ -9,7 +9,7 @@ Everything but three steps is the ``tensorrt`` runtime's code (``TensorRTRuntime
    the JIT (typically under 15 s) is paid once per (compute capability, RTX version);
 3. on close the runtime cache is saved under ``options.cache_dir`` (lock + atomic replace, as timing caches).
 
-``can_run`` uses ``trt_orchestrator_plugins._trt.compat``: the engine's CC list must hold this GPU's CC, and RTX runtimes refuse
+``can_run`` uses ``_trt.compat``: the engine's CC list must hold this GPU's CC, and RTX runtimes refuse
 CC 9.0 (Hopper) outright (measured on an H100, reference §10).
 """
 
