@@ -6,6 +6,7 @@ Architecture issue, Must show: each command <= 4x the wall of `python -c pass`.
     bash scripts/demo.sh                      # once: builds, gates and publishes the demo (the no-op needs it)
     .venv/bin/python bench/bench_startup.py   # N=15 rounds of (pass, plan, build), medians and the ratio
     .venv/bin/python bench/bench_startup.py --importtime   # also: the slowest imports of `plan`, cumulative
+    .venv/bin/python bench/bench_startup.py --compare /tmp/old  # also another checkout (its own .venv), same rounds
 
 Method: each round runs the three commands once, in a rotating order, as child processes of this script with
 stdout/stderr to /dev/null; wall time is measured here (perf_counter around the child). The commands are the
@@ -27,19 +28,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv" / "bin"
 MANIFEST = "manifests/demo.yaml"
-COMMANDS = {
-    "python -c pass": [str(VENV / "python"), "-c", "pass"],
-    "orchestrate plan": [str(VENV / "orchestrate"), "plan", MANIFEST],
-    "orchestrate build (no-op)": [str(VENV / "orchestrate"), "build", MANIFEST, "-q"],
-}
 
 
-def wall(cmd: list[str]) -> float:
+def commands(tree: Path, label: str = "") -> dict[str, tuple[Path, list[str]]]:
+    venv = tree / ".venv" / "bin"
+    return {
+        f"{label}orchestrate plan": (tree, [str(venv / "orchestrate"), "plan", MANIFEST]),
+        f"{label}orchestrate build (no-op)": (tree, [str(venv / "orchestrate"), "build", MANIFEST, "-q"]),
+    }
+
+
+def wall(where: Path, cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.run(cmd, cwd=where, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} exited {proc.returncode}: run `bash scripts/demo.sh` first")
+        sys.exit(f"{' '.join(cmd)} (in {where}) exited {proc.returncode}: run `bash scripts/demo.sh` there first")
     return elapsed
 
 
@@ -60,29 +64,34 @@ def main() -> None:
     ap.add_argument("-n", "--rounds", type=int, default=15)
     ap.add_argument("--importtime", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--compare", type=Path, help="another checkout with its own .venv and demo built there")
     args = ap.parse_args()
+    table = {"python -c pass": (REPO, [str(VENV / "python"), "-c", "pass"]), **commands(REPO)}
+    if args.compare:
+        table.update(commands(args.compare.resolve(), f"[{args.compare.name}] "))
     plan = subprocess.run([str(VENV / "orchestrate"), "plan", MANIFEST, "--json"], cwd=REPO, capture_output=True,
                           text=True)
     summary = json.loads(plan.stdout)["summary"] if plan.returncode == 0 else {}
     if summary.get("build") or summary.get("rebuild"):
         sys.exit(f"the demo is not fully built and published ({summary.get('text')}): run `bash scripts/demo.sh`")
-    names = list(COMMANDS)
+    names = list(table)
     times: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(2):  # warm the page cache and the digest cache
         for n in names:
-            wall(COMMANDS[n])
+            wall(*table[n])
     for i in range(args.rounds):
-        for n in names[i % 3:] + names[:i % 3]:
-            times[n].append(wall(COMMANDS[n]))
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            times[n].append(wall(*table[n]))
     base = statistics.median(times[names[0]])
     load = os.getloadavg()
     print(f"{args.rounds} rounds, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores")
-    print(f"{'command':28} {'min s':>7} {'median s':>9} {'x pass':>7}")
+    print(f"{'command':40} {'min s':>7} {'median s':>9} {'x pass':>7}")
     result = {}
     for n in names:
         med = statistics.median(times[n])
         result[n] = {"min_s": min(times[n]), "median_s": med, "ratio": med / base}
-        print(f"{n:28} {min(times[n]):7.3f} {med:9.3f} {med / base:7.1f}")
+        print(f"{n:40} {min(times[n]):7.3f} {med:9.3f} {med / base:7.1f}")
     if args.importtime:
         print("\nslowest imports of `orchestrate plan` (cumulative us, nested imports included):")
         for us, name in importtime()[:25]:

@@ -23,7 +23,7 @@ _API = {
     "Project": "orchestrator.app.project",
     "plan": "orchestrator.app.pipeline",
     "build": "orchestrator.app.pipeline",
-    "gate": "orchestrator.app.pipeline",
+    "gate": "orchestrator.app.gating",
     "publish": "orchestrator.app.pipeline",
     "pull": "orchestrator.app.deploy",
     "PullResult": "orchestrator.app.deploy",

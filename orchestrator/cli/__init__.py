@@ -23,7 +23,7 @@ COMMANDS = {
     "graph": "orchestrator.cli.plan_cmds:graph",
     "schema": "orchestrator.cli.plan_cmds:schema",
     "build": "orchestrator.cli.build_cmds:build",
-    "gate": "orchestrator.cli.build_cmds:gate",
+    "gate": "orchestrator.cli.gate_cmds:gate",
     "doctor": "orchestrator.cli.build_cmds:doctor",
     "publish": "orchestrator.cli.registry_cmds:publish",
     "ls": "orchestrator.cli.registry_cmds:ls_cmd",

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from orchestrator.core.graph import Node
 from orchestrator.errors import OrchestratorError
@@ -134,6 +134,14 @@ def read_result(node_dir: Path) -> dict | None:
         except OSError:
             return None
     return result
+
+
+def read_gate_report(node_dir: str | Path, name: str) -> dict[str, Any] | None:
+    try:
+        report: dict[str, Any] = json.loads((Path(node_dir) / name).read_text())
+    except (OSError, ValueError):
+        return None
+    return report
 
 
 def clean_stale_tmp(ws: Workspace) -> int:

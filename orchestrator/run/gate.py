@@ -1,6 +1,6 @@
 """Gate nodes, run inside executor workers: parity against the reference runtime (the original ONNX on
 onnxruntime CPU fp32) and the benchmark. Whether this runner can run the engine at all is decided before
-(``app.pipeline.gate``: ``pending``)."""
+(``app.gating.gate``: ``pending``)."""
 
 from __future__ import annotations
 
@@ -96,11 +96,3 @@ def step_benchmark(task: StepTask) -> StepOutcome:
               "status": "passed" if verdict.passed else "failed", "profile": profile, "verdict": verdict.to_json()}
     (task.out_dir / "benchmark.json").write_text(json.dumps(report, indent=1))
     return StepOutcome(files=("benchmark.json",), data={"status": report["status"], "verdict": "benchmark.json"})
-
-
-def read_gate_report(node_dir: str | Path, name: str) -> dict[str, Any] | None:
-    try:
-        report: dict[str, Any] = json.loads((Path(node_dir) / name).read_text())
-    except (OSError, ValueError):
-        return None
-    return report

@@ -16,8 +16,7 @@ from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.metadata import engine_file, new_metadata, utc_now
-from orchestrator.run.executor import StepOutcome, StepTask
-from orchestrator.run.gate import read_gate_report
+from orchestrator.run.executor import StepOutcome, StepTask, read_gate_report
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.app import ci, deploy, doctor, matrix, pipeline, registry
+from orchestrator.app import ci, deploy, doctor, gating, matrix, pipeline, registry
 from orchestrator.app.project import Project, display_path, load_project
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.plan import Plan
@@ -106,7 +106,7 @@ def done(tmp_path_factory) -> RoundTrip:
     project = _load(folder)
     first = pipeline.plan(project)
     built = pipeline.build(project, first, jobs=1, fingerprint=CPU_RUNNER, in_process=True)
-    gated = pipeline.gate(project, first, fingerprint=CPU_RUNNER, in_process=True)
+    gated = gating.gate(project, first, fingerprint=CPU_RUNNER, in_process=True)
     pipeline.check_plan_current(project, first)  # nothing published yet: the plan still holds
     published = pipeline.publish(project, first, in_process=True)
     return RoundTrip(folder, project, first, built, gated, published)
@@ -128,7 +128,7 @@ def test_build_runs_prepare_transform_and_both_builds(done):
 
 def test_gate_passes_parity_and_benchmark(done):
     assert done.gated.ok, done.gated.to_json()
-    assert pipeline.failed_gates(done.gated) == []
+    assert gating.failed_gates(done.gated) == []
     status = _by_node(done.gated)
     assert set(status) == {f"gate:{k}:{a}" for k in ("parity", "benchmark") for a in (FP32, FP16)}
     assert set(status.values()) == {"done"}
@@ -325,7 +325,7 @@ def test_retention_dry_run_then_delete_after_a_second_version(done, tmp_path):
     the_plan = pipeline.plan(project)
     assert _statuses(the_plan) == {FP32: "rebuild", FP16: "rebuild"}
     assert pipeline.build(project, the_plan, only=[FP32], jobs=1, fingerprint=CPU_RUNNER, in_process=True).ok
-    assert pipeline.gate(project, the_plan, only=[FP32], fingerprint=CPU_RUNNER, in_process=True).ok
+    assert gating.gate(project, the_plan, only=[FP32], fingerprint=CPU_RUNNER, in_process=True).ok
     assert _by_node(pipeline.publish(project, the_plan, only=[FP32], in_process=True)) == {
         f"publish:{FP32}": "done"}
     reg = project.registry

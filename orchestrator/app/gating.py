@@ -1,0 +1,74 @@
+"""The gate verb: parity and benchmark gates for built engines (apart from the other pipeline verbs because its
+steps import the numeric gate code, numpy included, which `plan` and `build` never need)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from orchestrator import plugins
+from orchestrator.app.pipeline import Prepared, cells_in_scope, no_events, registry_index, runtime_of, runtime_reason
+from orchestrator.app.project import Project
+from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.graph import Cell, Node
+from orchestrator.core.model import Model
+from orchestrator.core.plan import Plan
+from orchestrator.core.query import select
+from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome
+from orchestrator.run.gate import GatePayload, step_benchmark, step_parity
+
+
+def _gate_nodes(project: Project, cells: Iterable[Cell]) -> list[str]:
+    return [nid for c in cells for nid in (f"gate:parity:{c.address}", f"gate:benchmark:{c.address}")
+            if nid in project.graph.nodes]
+
+
+def _baseline(project: Project, cell: Cell, model: Model) -> dict[str, Any] | None:
+    """The benchmark verdict of the last published engine at this address, when a regression bound is set."""
+    if model.gate.benchmark.max_regression_pct is None:
+        return None
+    if cell.address not in registry_index(project).latest_by_address():
+        return None
+    store = plugins.open_store(project.registry)
+    for artifact in select(store.records(cell.model), lambda a: a.metadata, address=cell.address):
+        bench = (artifact.metadata.get("gates") or {}).get("benchmark")
+        if bench and bench.get("verdict"):
+            verdict: dict[str, Any] = bench["verdict"]
+            return verdict
+    return None
+
+
+def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
+         jobs: int | None = None, fingerprint: RunnerFingerprint | None = None, on_event: EventFn | None = None,
+         in_process: bool = False) -> RunSummary:
+    """Parity and benchmark gates for the built engines in scope. An engine this runner cannot run is
+    ``pending`` (e.g. RTX AOT engines on a machine without an RTX/Ampere+ GPU), never run wrong."""
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    selected = set(_gate_nodes(project, cells))
+    runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
+
+    def prepare_task(node: Node) -> Prepared:
+        cell = project.graph.cell(str(node.address))
+        reason = runtime_reason(cell, runner)
+        if reason:
+            return None, StepOutcome(status="pending", reason=f"gate pending: {reason}")
+        model = project.models[cell.model]
+        baseline = _baseline(project, cell, model) if node.kind == "gate:benchmark" else None
+        return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
+                           baseline=baseline), None
+
+    def needs_gpu(node: Node) -> bool:
+        return project.graph.cell(str(node.address)).target.device != "cpu"
+
+    # Gates time engines: by default one at a time, so a benchmark never shares the CPU with other work.
+    executor = Executor(workspace=project.workspace,
+                        steps={"gate:parity": step_parity, "gate:benchmark": step_benchmark},
+                        prepare_task=prepare_task, jobs=jobs or 1, keep_going=True, needs_gpu=needs_gpu,
+                        on_event=on_event or no_events, in_process=in_process)
+    return executor.run(project.graph.nodes, project.graph.order, selected)
+
+
+def failed_gates(summary: RunSummary) -> list[str]:
+    """Gate nodes that ran (now or cached) and whose engine failed the gate."""
+    return [r.node for r in summary.reports
+            if r.status in ("done", "cached") and r.data.get("status") == "failed"]
