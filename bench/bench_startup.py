@@ -97,6 +97,7 @@ def main() -> None:
         for us, name in importtime()[:25]:
             print(f"  {us:>8}  {name}")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 
 
