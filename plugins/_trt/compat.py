@@ -33,18 +33,22 @@ INSTALL_HINTS = {
 }
 
 
-def _local_cc(fp: RunnerFingerprint) -> tuple[int, int] | None:
-    return parse_cc(fp.compute_capability)
+def _local_cc(fp: RunnerFingerprint, engine_kind: str, gpu_kind: str = "an NVIDIA GPU") -> tuple[int, int] | Compat:
+    """This runner's compute capability, or why an engine of this kind cannot run here at all."""
+    if not fp.has_gpu:
+        return Compat.no(f"a {engine_kind} engine needs {gpu_kind}; this runner has none")
+    local = parse_cc(fp.compute_capability)
+    if local is None:
+        return Compat.no(f"this runner's compute capability {fp.compute_capability!r} is unreadable")
+    return local
 
 
 def check_tensorrt(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "tensorrt") -> Compat:
     """A plain TensorRT engine (built by the tensorrt or trtexec builder) on this runner."""
     target = engine.target
-    if not fp.has_gpu:
-        return Compat.no("a TensorRT engine needs an NVIDIA GPU; this runner has none")
-    local = _local_cc(fp)
-    if local is None:
-        return Compat.no(f"this runner's compute capability {fp.compute_capability!r} is unreadable")
+    local = _local_cc(fp, "TensorRT")
+    if isinstance(local, Compat):
+        return local
     ccs = [c for c in (parse_cc(x) for x in target.compute_capabilities) if c]
     level = target.hardware_compatibility
     if local in ccs:
@@ -100,11 +104,9 @@ def _tensorrt_version_distance(built: tuple[int, ...], have: tuple[int, ...], vc
 def check_rtx(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "tensorrt-rtx") -> Compat:
     """A TensorRT-RTX engine on this runner."""
     target = engine.target
-    if not fp.has_gpu:
-        return Compat.no("a TensorRT-RTX engine needs an NVIDIA GPU (RTX/Ampere+); this runner has none")
-    local = _local_cc(fp)
-    if local is None:
-        return Compat.no(f"this runner's compute capability {fp.compute_capability!r} is unreadable")
+    local = _local_cc(fp, "TensorRT-RTX", "an NVIDIA GPU (RTX/Ampere+)")
+    if isinstance(local, Compat):
+        return local
     if local == (9, 0):
         return Compat.no(RTX_HOPPER_REASON)
     ccs = [c for c in (parse_cc(x) for x in target.compute_capabilities) if c]
