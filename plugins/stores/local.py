@@ -9,7 +9,12 @@ Layout under ``RegistryConfig.path``::
 
 Publishing writes the blobs first (temp file in the same dir, fsync, rename, fsync dir), then takes the lock,
 writes the metadata file and the index last. A crash leaves at worst an unreferenced blob, never an index entry
-pointing at a missing or partial file. ``index.json`` is a cache of ``meta/``: ``rebuild_index()`` recreates it.
+pointing at a missing or partial file. ``index.json`` is derived from ``meta/``: every read checks that the two
+name the same build keys and repairs the index from the records when they do not (a crash between writing a
+record and the index must not hide the artifact for good); ``rebuild_index()`` recreates it outright.
+
+Each index record holds the sha256 of its metadata file as written; reading a record checks it, so metadata
+edited after publishing (say, another engine's digest) is an ``IntegrityError``, never a wrong engine.
 
 Immutability: an artifact (one build key) is written once and never modified or overwritten; re-publishing
 the same build key returns the stored artifact unchanged. One (address, model version) pair may hold several
@@ -49,6 +54,10 @@ def normalize_digest(digest: str) -> str:
     return text
 
 
+def _sha256(raw: bytes) -> str:
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
 def _empty_index() -> dict:
     return {
         "format_version": INDEX_FORMAT,
@@ -62,8 +71,9 @@ def _empty_index() -> dict:
     }
 
 
-def _record(meta: dict, seq: int) -> dict:
+def _record(meta: dict, seq: int, meta_digest: str | None) -> dict:
     return {
+        "meta_digest": meta_digest,
         "address": meta["address"],
         "model": meta["model"]["name"],
         "version": meta["model"]["version"],
@@ -87,11 +97,11 @@ def _latest_entry(meta: dict, seq: int) -> dict:
             "version": e.version, "digest": e.digest, "published_at": e.published_at, "seq": seq}
 
 
-def _add_to_index(index: dict, meta: dict) -> None:
+def _add_to_index(index: dict, meta: dict, meta_digest: str | None) -> None:
     index["seq"] += 1
     seq = index["seq"]
     bk = meta["build_key"]
-    index["artifacts"][bk] = _record(meta, seq)
+    index["artifacts"][bk] = _record(meta, seq, meta_digest)
     index["latest"][meta["address"]] = _latest_entry(meta, seq)
     model = index["models"].setdefault(meta["model"]["name"], {"latest": None, "versions": {}})
     version = meta["model"]["version"]
@@ -175,7 +185,7 @@ class LocalStore:
         build_key = meta["build_key"]
         meta_path = self._meta_path(build_key)
         if meta_path.exists():  # idempotent fast path: no blob written for an already-published build key
-            return self._stored(self._read_meta(build_key))
+            return self._stored(self._read_meta(build_key, self.index().data))
 
         # Blobs before the lock (slow, parallel across publishers); the index is written last.
         self._store_blob(Path(files.engine), meta["engine"]["digest"], meta["address"])
@@ -189,23 +199,36 @@ class LocalStore:
 
         with self._lock():
             if meta_path.exists():  # another publisher won the race for this build key
-                return self._stored(self._read_meta(build_key))
+                return self._stored(self._read_meta(build_key, self._load_index_locked()))
             index = self._load_index_locked()
             meta["published_at"] = utc_now()
             if attachments:
                 meta["attachments"] = attachments
-            atomic_write_json(meta_path, meta, indent=1)
-            _add_to_index(index, meta)
+            raw = atomic_write_json(meta_path, meta, indent=1)
+            _add_to_index(index, meta, _sha256(raw))
             atomic_write_json(self.index_path, index)
         return self._stored(meta)
 
     # ---- read --------------------------------------------------------------------------------------------
-    def _read_meta(self, build_key: str) -> dict:
+    def _read_meta(self, build_key: str, index: dict) -> dict:
+        """The record of ``build_key``, checked against the digest the index holds for it."""
         try:
             with open(self._meta_path(build_key), "rb") as f:
-                return json.load(f)
+                raw = f.read()
         except FileNotFoundError:
             raise ArtifactNotFoundError(f"no artifact with build key {build_key} in {self.root}") from None
+        recorded = (index["artifacts"].get(build_key) or {}).get("meta_digest")
+        if recorded is not None and _sha256(raw) != recorded:
+            raise IntegrityError(
+                f"the metadata of build key {build_key} in {self.root} changed after it was published "
+                f"(now {_sha256(raw)[:19]}, published as {recorded[:19]})",
+                hint="never edit a published record; delete it with `orchestrate retention` and republish")
+        try:
+            meta: dict = json.loads(raw)
+        except ValueError as e:
+            raise IntegrityError(f"the metadata of build key {build_key} in {self.root} is not JSON: {e}",
+                                 hint="delete it with `orchestrate retention` and republish") from e
+        return meta
 
     def _stored(self, meta: dict) -> StoredArtifact:
         return StoredArtifact(digest=meta["engine"]["digest"], metadata=meta,
@@ -221,10 +244,32 @@ class LocalStore:
         raw = self._read_index_bytes()
         if raw is None:
             return self._rebuild() if self.meta_dir.is_dir() else _empty_index()
-        return json.loads(raw)
+        index: dict = json.loads(raw)
+        if self._recorded_keys() != set(index["artifacts"]):
+            index = self._rebuild(index)
+        return index
+
+    def _recorded_keys(self) -> set[str]:
+        try:
+            return {name[:-5] for name in os.listdir(self.meta_dir) if name.endswith(".json")}
+        except FileNotFoundError:
+            return set()
 
     def index(self) -> LocalIndex:
-        return LocalIndex(self._read_index_bytes())
+        """The index as written, or repaired from the records when the two disagree (then written back)."""
+        raw = self._read_index_bytes()
+        if raw is None and not self.meta_dir.is_dir():
+            return LocalIndex(None)  # no store yet: reading never creates one
+        try:
+            current = json.loads(raw) if raw is not None else None
+        except ValueError:
+            current = None
+        if current is not None and set(current.get("artifacts", {})) == self._recorded_keys():
+            return LocalIndex(raw)
+        with self._lock():
+            index = self._load_index_locked() if current is not None else self._rebuild()
+            raw = atomic_write_json(self.index_path, index)
+        return LocalIndex(raw)
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
         digest = normalize_digest(digest)
@@ -233,7 +278,7 @@ class LocalStore:
         if not matches:
             raise ArtifactNotFoundError(f"no artifact with engine digest {digest} in {self.root}",
                                         hint="`orchestrate plan` lists what is published")
-        meta = self._read_meta(max(matches)[1])
+        meta = self._read_meta(max(matches)[1], index)
         self._copy_verified(digest, Path(dest), meta["address"])
         return self._stored(meta)
 
@@ -258,23 +303,36 @@ class LocalStore:
         index = self.index().data
         hits = sorted(((rec["seq"], bk) for bk, rec in index["artifacts"].items()
                        if model is None or rec["model"] == model), reverse=True)
-        return [self._stored(self._read_meta(bk)) for _, bk in hits]
+        return [self._stored(self._read_meta(bk, index)) for _, bk in hits]
 
     # ---- maintenance -------------------------------------------------------------------------------------
-    def _rebuild(self) -> dict:
+    def _rebuild(self, previous: dict | None = None) -> dict:
+        """The index from meta/ (the source of truth). Digests the previous index recorded are kept, so a
+        record edited after publishing still fails its check; records it never listed are taken as found."""
+        known = (previous or {}).get("artifacts", {})
         metas = []
         for p in self.meta_dir.glob("*.json"):
-            with open(p, "rb") as f:
-                metas.append(json.load(f))
+            raw = p.read_bytes()
+            try:
+                meta = json.loads(raw)
+            except ValueError:
+                continue  # not a record (a torn write cannot happen: records are written atomically)
+            recorded = (known.get(meta.get("build_key")) or {}).get("meta_digest")
+            metas.append((meta, recorded or _sha256(raw)))
         index = _empty_index()
-        for meta in sorted(metas, key=lambda m: (m.get("published_at", ""), m["build_key"])):
-            _add_to_index(index, meta)
+        for meta, meta_digest in sorted(metas, key=lambda m: (m[0].get("published_at", ""), m[0]["build_key"])):
+            _add_to_index(index, meta, meta_digest)
         return index
 
     def rebuild_index(self) -> None:
         """Recreate index.json from meta/ (the source of truth), e.g. after it was lost."""
         with self._lock():
-            atomic_write_json(self.index_path, self._rebuild())
+            raw = self._read_index_bytes()
+            try:
+                previous = json.loads(raw) if raw else None
+            except ValueError:
+                previous = None
+            atomic_write_json(self.index_path, self._rebuild(previous))
 
     def delete(self, digests: Iterable[str]) -> int:
         """Remove the artifacts whose engine has one of ``digests`` (only via the retention command).
@@ -290,7 +348,7 @@ class LocalStore:
             for bk in doomed:
                 self._meta_path(bk).unlink(missing_ok=True)
             freed = {d for bk in doomed for d in index["artifacts"][bk]["blobs"]}
-            index = self._rebuild()  # recomputes latest per address and per model from what remains
+            index = self._rebuild(index)  # recomputes latest per address and per model from what remains
             atomic_write_json(self.index_path, index)
             still = {d for rec in index["artifacts"].values() for d in rec["blobs"]}
             for d in freed - still:

@@ -73,7 +73,7 @@ def test_eight_processes_to_local_store(tmp_path):
     assert {e.digest for e in store.index().latest_by_address().values()} <= digests
     assert len(store.index().latest_by_address()) == len({m.metadata["address"] for m in store.records()}) == 6
     engine_blobs = {f"sha256:{p.name}" for p in store.blobs.iterdir()} - {
-        a["digest"] for bk in keys for a in store._read_meta(bk).get("attachments", [])}
+        a["digest"] for bk in keys for a in store._read_meta(bk, index).get("attachments", [])}
     assert engine_blobs == digests  # nothing orphaned, nothing missing
     assert not [p for p in store.blobs.iterdir() if p.name.startswith(".")]  # no temp files left
     for model in ("det", "rec"):

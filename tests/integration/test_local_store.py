@@ -19,10 +19,10 @@ from trt_orchestrator_plugins.stores.local import LocalStore
 
 pytestmark = pytest.mark.integration
 
+
 def find(store, **criteria):
     """The one query semantics every store shares (``core.query.select``) over the store's records."""
     return select(store.records(criteria.get("model")), lambda a: a.metadata, **criteria)
-
 
 
 @pytest.fixture
@@ -142,3 +142,64 @@ def test_multi_chunk_engine_round_trips_byte_exact_and_leaves_no_temp(store, tmp
     assert out.read_bytes() == files.engine.read_bytes()
     assert [p.name for p in store.blobs.iterdir() if p.name.startswith(".")] == []
     assert [p.name for p in out.parent.iterdir()] == ["e.plan"]
+
+
+# -- a crash between the record and the index; records edited after publishing (hardening issue, items 1 and 3) --
+
+_CRASH_BETWEEN_RECORD_AND_INDEX = """
+import os, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[3]]
+from registry_server import make_artifact
+from orchestrator.core.model import RegistryConfig
+from trt_orchestrator_plugins.stores import local
+
+real = local.atomic_write_json
+def crash_on_the_index(dest, obj, **kw):
+    if Path(dest).name == "index.json":
+        os._exit(137)  # the process dies right after the record was written, before the index
+    return real(dest, obj, **kw)
+local.atomic_write_json = crash_on_the_index
+store = local.LocalStore(RegistryConfig(store="local", path=sys.argv[1]))
+store.put(make_artifact(Path(sys.argv[2]), precision="fp32"))
+"""
+
+
+def test_a_crash_between_record_and_index_never_hides_the_artifact(store, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store.put(make_artifact(tmp_path / "b1", precision="fp16"))
+    proc = subprocess.run([sys.executable, "-c", _CRASH_BETWEEN_RECORD_AND_INDEX, str(store.root),
+                           str(tmp_path / "b2"), str(Path(__file__).parent)], capture_output=True, text=True)
+    assert proc.returncode == 137, proc.stderr
+    recorded = {p.stem for p in (store.root / "meta").glob("*.json")}
+    assert len(recorded) == 2  # the record landed, the index did not
+    # every reader sees both: the index is repaired from the records (and written back)
+    index = store.index()
+    assert set(index.data["artifacts"]) == recorded
+    assert {m.metadata["precision"] for m in store.records()} == {"fp16", "fp32"}
+    assert {e.address.split("/")[1] for e in index.latest_by_address().values()} == {"fp16", "fp32"}
+    assert set(json.loads((store.root / "index.json").read_text())["artifacts"]) == recorded
+    # a rerun of the crashed publish is idempotent and finds it
+    again = store.put(make_artifact(tmp_path / "b2", precision="fp32"))
+    assert again.metadata["precision"] == "fp32"
+
+
+def test_metadata_edited_after_publishing_is_refused_not_served(store, tmp_path):
+    fp16 = store.put(make_artifact(tmp_path / "a", precision="fp16"))
+    fp32 = store.put(make_artifact(tmp_path / "b", precision="fp32", seed=1))
+    path = store.root / "meta" / f"{fp32.metadata['build_key']}.json"
+    meta = json.loads(path.read_text())
+    meta["engine"]["digest"] = fp16.digest  # point the fp32 record at the fp16 engine
+    path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    with pytest.raises(IntegrityError, match="changed after it was published"):
+        store.records()
+    with pytest.raises(IntegrityError, match="changed after it was published"):
+        store.get(fp32.digest, tmp_path / "out.plan")
+    assert not (tmp_path / "out.plan").exists()
+    # rebuilding the index from the records keeps the digests it had recorded: the edit still fails its check
+    store.rebuild_index()
+    with pytest.raises(IntegrityError, match="changed after it was published"):
+        store.records()
