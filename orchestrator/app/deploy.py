@@ -132,12 +132,16 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     path = None
     if out is not None:
         path = Path(out)
-        store.get(chosen.digest, path)
+        delivered = store.get(chosen.digest, path)
         engine = EngineDescriptor.from_json(chosen.metadata, runtime=_declared_runtime(chosen.metadata))
-        problem = plugins.runtime_for(engine).verify_engine(path, engine)
+        problem = None
+        if (delivered.digest, delivered.metadata.get("build_key")) != (chosen.digest, chosen.metadata["build_key"]):
+            problem = (f"the store delivered {delivered.metadata.get('address')} ({delivered.digest[:19]}) for the "
+                       f"selected {chosen.metadata['address']} ({chosen.digest[:19]})")
+        problem = problem or plugins.runtime_for(engine).verify_engine(path, engine)
         if problem:
             path.unlink(missing_ok=True)
-            raise IntegrityError(f"{chosen.metadata['address']}: engine header check failed: {problem}",
+            raise IntegrityError(f"{chosen.metadata['address']}: engine check failed: {problem}",
                                  hint="the stored engine does not match its metadata; republish it")
     return PullResult(path=path, metadata=chosen.metadata, reason=ranking.best.compat.reason,
                       rejections=ranking.explanations())

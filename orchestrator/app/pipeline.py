@@ -18,7 +18,7 @@ from orchestrator.contracts.store import IndexReader
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import BuildGraph, Cell, Node
-from orchestrator.core.plan import Plan, plan_against
+from orchestrator.core.plan import Plan, model_digests, plan_against
 from orchestrator.errors import PlanError, PluginError, RunnerMismatchError, UsageError
 from orchestrator.run.build import BuildPayload, step_build
 from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome, read_gate_report, read_result
@@ -49,6 +49,12 @@ def check_plan_current(project: Project, saved: Plan, index: IndexReader | None 
                             hint="pass the same manifests as when planning, or re-plan")
         if now != digest:
             raise PlanError(f"{path} changed since the plan was made", hint="re-run `orchestrate plan --out`")
+    current = model_digests(project.graph)
+    for model, digest in saved.models.items():
+        if model in current and current[model] != digest:
+            raise PlanError(f"model {model} changed since the plan was made ({digest[:19]} in the plan, "
+                            f"{current[model][:19]} now): the plan's build keys are not the ones that would be "
+                            "built", hint="re-run `orchestrate plan --out` and build from the new plan")
     index = index or registry_index(project)
     if index.state_token() != saved.registry_state:
         raise PlanError("the registry changed since the plan was made (another publish landed)",

@@ -69,6 +69,7 @@ class Plan:
     shards: tuple[Shard, ...]
     registry_state: str
     manifests: dict[str, str] = field(default_factory=dict)  # path -> sha256 of its bytes
+    models: dict[str, str] = field(default_factory=dict)  # "name@version" -> model digest the keys were made from
 
     def counts(self) -> Counter[str]:
         return Counter(e.status for e in self.entries)
@@ -89,6 +90,7 @@ class Plan:
             "format_version": PLAN_FORMAT_VERSION,
             "registry_state": self.registry_state,
             "manifests": dict(self.manifests),
+            "models": dict(self.models),
             "summary": {"build": c["build"], "rebuild": c["rebuild"], "up_to_date": c["up-to-date"],
                         "blocked": c["blocked"], "text": self.summary()},
             "cells": [e.to_json() for e in self.entries],
@@ -176,7 +178,12 @@ def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registr
     shard_of = {a: s.id for s in shards for a in s.addresses}
     entries = [PlanEntry(**{**e.__dict__, "shard": shard_of.get(e.address)}) for e in entries]
     return Plan(entries=tuple(entries), shards=shards, registry_state=registry_state,
-                manifests=dict(manifests or {}))
+                manifests=dict(manifests or {}), models=model_digests(graph))
+
+
+def model_digests(graph: BuildGraph) -> dict[str, str]:
+    """``name@version`` -> the model digest the graph's keys were made from (its prepare nodes' keys)."""
+    return {node.id.split(":", 1)[1]: node.key for node in graph.nodes.values() if node.kind == "prepare"}
 
 
 def plan_from_json(data: dict[str, Any]) -> Plan:
@@ -193,7 +200,7 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
         shards = tuple(Shard(id=s["id"], build_labels=tuple(s["build_labels"]), gate_labels=tuple(s["gate_labels"]),
                              targets=tuple(s["targets"]), addresses=tuple(s["addresses"])) for s in data["shards"])
         return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],
-                    manifests=dict(data.get("manifests", {})))
+                    manifests=dict(data.get("manifests", {})), models=dict(data.get("models", {})))
     except (KeyError, TypeError) as e:
         raise PlanError(f"plan file is malformed: missing {e}",
                         hint="re-create it with `orchestrate plan --out`") from e

@@ -8,6 +8,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator import plugins
 from orchestrator.contracts.store import ArtifactFiles
@@ -40,6 +41,20 @@ def git_commit(path: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def _engine_mismatch(actual: str, built: str, parity: dict[str, Any] | None,
+                     bench: dict[str, Any] | None) -> str | None:
+    """Why the engine file may not be published under its verdicts: its bytes are not the ones built, or a
+    verdict was given to other bytes. None when file, build result and every verdict name the same digest."""
+    if actual != built:
+        return (f"the engine in the build cache is {actual[:19]}, but the build produced {built[:19]}: it "
+                "changed after the build (rebuild it: `orchestrate build --only ADDR`)")
+    for name, report in (("parity", parity), ("benchmark", bench)):
+        if report is not None and report.get("engine_digest") != actual:
+            return (f"the {name} verdict was given to engine {str(report.get('engine_digest'))[:19]}, not to "
+                    f"{actual[:19]} (re-run `orchestrate gate`)")
+    return None
+
+
 def step_publish(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, PublishPayload)
@@ -59,6 +74,10 @@ def step_publish(task: StepTask) -> StepOutcome:
         return StepOutcome(status="pending", reason="not published: gate pending — gate it on a runner that can "
                                                     "run it, or set gate.allow_ungated_publish in the manifest")
     engine = build_dir / build["engine"]
+    descriptor = engine_file(engine, media_type=payload.media_type)
+    problem = _engine_mismatch(descriptor.digest, build["engine_digest"], parity, bench)
+    if problem:
+        return StepOutcome(status="failed", reason=f"not published: {problem}")
     log = build_dir / build["log"] if build.get("log") else None
     extras = tuple(p for p in (Path(parity_dir) / "parity.json" if parity and parity_dir else None,
                                Path(bench_dir) / "benchmark.json" if bench and bench_dir else None,
@@ -73,7 +92,7 @@ def step_publish(task: StepTask) -> StepOutcome:
         model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
         profile_set=cell.profile_set, profiles=[p.name for p in cell.profiles] or [cell.profile_set],
         target=cell.target, builder_version=build["builder_version"], build_key=cell.build_key,
-        key_inputs=cell.key_inputs, engine=engine_file(engine, media_type=payload.media_type),
+        key_inputs=cell.key_inputs, engine=descriptor,
         runtime=payload.runtime, runner=RunnerFingerprint.from_json(build["runner"]),
         gates=GateSummary(status=status, parity=parity, benchmark=bench, ungated_publish_allowed=status != "passed"),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,

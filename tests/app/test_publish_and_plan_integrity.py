@@ -1,0 +1,53 @@
+"""Nothing wrong is published or built from a stale plan (hardening issue, items 2 and 6), in-process on the tiny
+CPU project of test_pipeline: an engine changed in the build cache after its gate ran is not published as
+"passed"; `build --plan` refuses a plan whose model changed after `plan --out`, naming the model and both digests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.app import gating, pipeline
+from orchestrator.core.plan import plan_from_json
+from orchestrator.errors import PlanError
+from orchestrator.run.executor import read_result
+from tests.app.test_pipeline import CPU_RUNNER, FP32, _load, _write_project
+from tests.conftest import make_tiny_model
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_an_engine_changed_after_its_gate_is_not_published(tmp_path):
+    _write_project(tmp_path)
+    project = _load(tmp_path)
+    the_plan = pipeline.plan(project)
+    assert pipeline.build(project, the_plan, only=[FP32], fingerprint=CPU_RUNNER, in_process=True).ok
+    assert gating.gate(project, the_plan, only=[FP32], fingerprint=CPU_RUNNER, in_process=True).ok
+    build_dir = project.workspace.node_dir(project.graph.nodes[f"build:{FP32}"])
+    engine = build_dir / read_result(build_dir)["data"]["engine"]
+    _flip_a_byte(engine)  # same size: the build result still reads as complete
+    summary = pipeline.publish(project, the_plan, only=[FP32], in_process=True)
+    (report,) = [r for r in summary.reports if r.node == f"publish:{FP32}"]
+    assert report.status == "failed"
+    assert "changed after the build" in report.reason
+    assert not (tmp_path / "artifacts" / "meta").exists() or not list((tmp_path / "artifacts" / "meta").iterdir())
+
+
+def test_build_from_a_plan_refuses_a_model_changed_since(tmp_path):
+    manifest = _write_project(tmp_path)
+    project = _load(tmp_path)
+    saved = plan_from_json(json.loads(json.dumps(pipeline.plan(project).to_json())))
+    before = saved.models["tiny@1.0.0"]
+    make_tiny_model(tmp_path / "tiny.onnx", seed=7)  # the model file changes after `plan --out`
+    now = _load(tmp_path)
+    assert manifest.read_text()  # the manifest itself did not change
+    with pytest.raises(PlanError) as e:
+        pipeline.check_plan_current(now, saved)
+    assert "model tiny@1.0.0 changed since the plan was made" in e.value.message
+    assert before[:19] in e.value.message and now.graph.nodes["prepare:tiny@1.0.0"].key[:19] in e.value.message
