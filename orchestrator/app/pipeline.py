@@ -202,12 +202,27 @@ def gate_reports(project: Project, cell: Cell) -> tuple[dict[str, Any] | None, d
     return out[0], out[1]
 
 
+def _failed_transform_outputs(project: Project) -> dict[str, str]:
+    """Transform node -> why its output is known bad: a cell built from it failed parity here (the same ONNX
+    every other cell of that transform was built from, so "ungated" must not cover those)."""
+    failed: dict[str, str] = {}
+    for cell in project.graph.cells:
+        if not cell.transform_node or cell.transform_node in failed or cell.blocked:
+            continue
+        parity, _ = gate_reports(project, cell)
+        if parity is not None and parity.get("status") == "failed":
+            failed[cell.transform_node] = (f"the {cell.precision.name} ONNX it was built from failed parity on "
+                                           f"{cell.address}")
+    return failed
+
+
 def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
             force: bool = False, on_event: EventFn | None = None, in_process: bool = False) -> RunSummary:
     """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish)."""
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
     nodes = dict(project.graph.nodes)
     payloads: dict[str, PublishPayload] = {}
+    failed_inputs = _failed_transform_outputs(project)
     for cell in cells:
         pub = f"publish:{cell.address}"
         # the step reads the gates' verdicts itself: pending gates are a decision for it, not a missing input
@@ -221,7 +236,8 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
             cell=cell, model=project.models[cell.model], registry=project.registry,
             manifest_file=display_path(cell.manifest), runtime=builder.runtime,
             media_type=builder.capabilities(cell.target.builder_version).engine_media_type,
-            gate_dirs=(dirs[0], dirs[1]), force=force)
+            gate_dirs=(dirs[0], dirs[1]), force=force,
+            failed_input=failed_inputs.get(cell.transform_node) if cell.transform_node else None)
 
     def prepare_task(node: Node) -> Prepared:
         return payloads[node.id], None

@@ -30,6 +30,7 @@ class PublishPayload:
     media_type: str  # the builder's engine media type
     gate_dirs: tuple[str | None, str | None]  # parity node dir, benchmark node dir (None: gate disabled)
     force: bool = False  # publish despite failed gates (recorded)
+    failed_input: str | None = None  # why the (transformed) ONNX this engine was built from is known bad
 
 
 def git_commit(path: str) -> str | None:
@@ -70,6 +71,9 @@ def step_publish(task: StepTask) -> StepOutcome:
     if status == "failed" and not payload.force:
         return StepOutcome(status="skipped", reason="not published: a gate failed (see `orchestrate report`; "
                                                     "--force publishes anyway and records it)")
+    if status == "pending" and payload.failed_input and not payload.force:
+        return StepOutcome(status="skipped", reason=f"not published ungated: {payload.failed_input} (see "
+                                                    "`orchestrate report`; --force publishes anyway and records it)")
     if status == "pending" and not (allowed or payload.force):
         return StepOutcome(status="pending", reason="not published: gate pending — gate it on a runner that can "
                                                     "run it, or set gate.allow_ungated_publish in the manifest")

@@ -51,3 +51,41 @@ def test_build_from_a_plan_refuses_a_model_changed_since(tmp_path):
         pipeline.check_plan_current(now, saved)
     assert "model tiny@1.0.0 changed since the plan was made" in e.value.message
     assert before[:19] in e.value.message and now.graph.nodes["prepare:tiny@1.0.0"].key[:19] in e.value.message
+
+
+RTX_TARGET = """\
+  - name: rtx
+    builder: tensorrt-rtx
+    builder_version: "{version}"
+    compute_capability: "8.6"
+    runners: {{build: [ubuntu-latest], gate: [self-hosted, rtx]}}
+"""
+
+
+def test_ungated_publish_does_not_cover_a_transform_output_that_failed_parity(tmp_path):
+    """Hardening item 4: an RTX fp16 engine (gate pending here) built from the very fp16 ONNX whose onnxruntime
+    parity just failed is not published under allow_ungated_publish."""
+    rtx = pytest.importorskip("tensorrt_rtx", reason="the tensorrt-rtx extra builds the pending engine")
+    from tests.app.test_pipeline import FP16, MANIFEST
+
+    text = MANIFEST.replace(
+        "      data: {samples: 2, seed: 0}\n",
+        "      data: {samples: 2, seed: 0}\n      tolerances: {fp16: {atol: 1.0e-9, rtol: 0, min_cosine: 1.0}}\n",
+    ).replace("    benchmark: {warmup: 1, iterations: 3, shapes: [opt]}\n",
+              "    benchmark: {warmup: 1, iterations: 3, shapes: [opt]}\n    allow_ungated_publish: true\n")
+    text = text.replace("registry: {store: local", RTX_TARGET.format(version=rtx.__version__)
+                        + "registry: {store: local")
+    _write_project(tmp_path, text)
+    project = _load(tmp_path)
+    the_plan = pipeline.plan(project)
+    rtx_fp16 = next(c.address for c in project.graph.cells if c.precision.name == "fp16" and "rtx" in c.address)
+    only = [FP16, rtx_fp16]
+    assert pipeline.build(project, the_plan, only=only, fingerprint=CPU_RUNNER, in_process=True).ok
+    gated = gating.gate(project, the_plan, only=only, fingerprint=CPU_RUNNER, in_process=True)
+    assert gating.failed_gates(gated) == [f"gate:parity:{FP16}"]  # the ORT fp16 engine fails parity for real
+    summary = pipeline.publish(project, the_plan, only=[rtx_fp16], in_process=True)
+    (report,) = [r for r in summary.reports if r.node == f"publish:{rtx_fp16}"]
+    assert report.status == "skipped"
+    assert f"the fp16 ONNX it was built from failed parity on {FP16}" in report.reason
+    forced = pipeline.publish(project, the_plan, only=[rtx_fp16], force=True, in_process=True)
+    assert [r.status for r in forced.reports if r.node == f"publish:{rtx_fp16}"] == ["done"]
