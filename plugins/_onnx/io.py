@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.errors import BuildError
+
 # Protobuf refuses to serialize a message over 2 GiB; switch to external data with headroom below that.
 EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
 
@@ -51,3 +53,37 @@ def model_bytes(path: Path | str) -> int:
     locations = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
     return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations
                                      if (path.parent / loc).is_file())
+
+
+def check_loadable(path: Path | str, what: str, *, standard_types: bool = True) -> None:
+    """A transform's output must be a valid model before anything builds from it: the ONNX checker's full check
+    (with shape and type inference) and an onnxruntime CPU session both accept it, or ``BuildError`` says why.
+    ``standard_types=False`` (bf16 output: ONNX's type constraints do not admit bfloat16 for Conv and friends,
+    TensorRT-RTX builds them, onnxruntime's CPU provider has no kernels for them) checks the structure only.
+
+    TensorRT-RTX builds some models onnxruntime rejects (a Cast typed float16 where float is expected built fine
+    and was published); parity would then run an engine built from a graph no reference can run."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=standard_types)
+    except Exception as e:  # onnx raises ValidationError / InferenceError subclasses with the node named
+        raise BuildError(f"{what} produced an invalid ONNX model: {_first_line(e)}",
+                         hint="keep the offending op type out of the conversion (precision op_block_list) "
+                              "or report the model to the converter") from e
+    if not standard_types:
+        return
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return  # the checker passed; onnxruntime (extra [ort]/[transforms]) is not here to load it
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises Fail/InvalidGraph/RuntimeException from the C++ side
+        raise BuildError(f"{what} produced a model onnxruntime cannot load: {_first_line(e)}",
+                         hint="keep the offending op type out of the conversion (precision op_block_list)") from e
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:500]

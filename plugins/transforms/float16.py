@@ -19,12 +19,12 @@ import functools
 import time
 import warnings
 from importlib import metadata
-from typing import Literal
+from typing import Any, Literal
 
 from orchestrator.contracts.builder import TransformRequest
 from orchestrator.core.model import PrecisionSpec
 from orchestrator.errors import BuildError
-from trt_orchestrator_plugins._onnx.io import load_model, save_model
+from trt_orchestrator_plugins._onnx.io import check_loadable, load_model, save_model
 
 # onnxconverter-common 1.16's float16.DEFAULT_OP_BLOCK_LIST, copied so that settings() stays pure; the list is
 # always passed explicitly to the converter, so its output depends on this list and the library version only.
@@ -92,6 +92,7 @@ class FloatConversion:
             "keep_io_types": precision.keep_io_types,
             "op_block_list": list(self.op_block_list(precision)),
             "range_guard": {"max_finite": FP16_MAX, "min_positive": FP16_MIN_POSITIVE, "keep_out_of_range": True},
+            "keep_explicit_float_casts": True,
             "onnxconverter_common": _version("onnxconverter-common"),
             "onnx": _version("onnx"),
         }
@@ -109,7 +110,7 @@ class FloatConversion:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             _name_unnamed_nodes(model)
-            guarded = out_of_range_nodes(model)
+            guarded = out_of_range_nodes(model) + explicit_float_casts(model)
             convert = functools.partial(float16.convert_float_to_float16, op_block_list=block,
                                         node_block_list=guarded, min_positive_val=FP16_MIN_POSITIVE,
                                         max_finite_val=FP16_MAX)
@@ -133,6 +134,8 @@ class FloatConversion:
         retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
         request.out_path.parent.mkdir(parents=True, exist_ok=True)
         written = save_model(converted, request.out_path)
+        check_loadable(request.out_path, f"the {self.kind} conversion of {request.onnx_path.name}",
+                       standard_types=self.kind == "fp16")
         facts = {
             "kind": self.kind,
             "keep_io_types": request.precision.keep_io_types,
@@ -154,6 +157,17 @@ class FloatConversion:
 
 FP16_MAX = 65504.0
 FP16_MIN_POSITIVE = 5.96e-08  # smallest fp16 subnormal
+
+
+def explicit_float_casts(model: Any) -> list[str]:
+    """Names of the model's own ``Cast(to=FLOAT)`` nodes. onnxconverter-common 1.16 rewrites such a Cast next to
+    a blocked op into one typed float16 while its consumer still expects float (an invalid model that
+    onnxruntime refuses to load: YOLOv8n's head, and a 5-node repro in tests/integration/test_transforms.py);
+    a cast the model asks for explicitly stays as it is."""
+    import onnx
+
+    return [n.name for n in model.graph.node
+            if n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)]
 
 
 def out_of_range_nodes(model) -> list[str]:

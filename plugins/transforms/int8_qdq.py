@@ -21,7 +21,13 @@ from orchestrator.contracts.builder import TransformRequest
 from orchestrator.core.model import PrecisionSpec
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._onnx.data import iter_samples
-from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, load_model, model_bytes, save_model
+from trt_orchestrator_plugins._onnx.io import (
+    EXTERNAL_DATA_THRESHOLD,
+    check_loadable,
+    load_model,
+    model_bytes,
+    save_model,
+)
 
 EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 # Only the weighted ops TensorRT runs in int8 get Q/DQ (what NVIDIA ModelOpt's int8 ONNX path quantizes first).
@@ -133,6 +139,7 @@ class Int8QdqTransform:
             except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
                 raise BuildError(f"int8 Q/DQ calibration of {request.onnx_path.name} failed: "
                                  f"{type(e).__name__}: {e}") from e
+        check_loadable(out_path, f"int8 Q/DQ calibration of {request.onnx_path.name}")
         facts = self._facts(out_path)
         if opset_from is not None:
             facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]

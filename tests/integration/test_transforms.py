@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile, TransformRequest
 from orchestrator.core.model import DataSource, PrecisionSpec, Preprocess, Target
@@ -32,8 +32,11 @@ def transform(tr, src: Path, out: Path, precision: PrecisionSpec, calibration=No
                                    input_dtypes={"x": "float32"}, log=lambda line: None))
 
 
-def run(path: Path, x: np.ndarray) -> np.ndarray:
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+def run(path: Path, x: np.ndarray, *, fuse: bool = True) -> np.ndarray:
+    options = ort.SessionOptions()
+    if not fuse:  # basic optimizations only: no int8 kernel fusion of Q/DQ pairs, the graph's own semantics
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
 def rtx_build(path: Path, out_dir: Path, shapes=((1, 3, 16, 16), (2, 3, 32, 32), (4, 3, 64, 64))):
@@ -129,11 +132,6 @@ def assert_qdq_for_tensorrt(path: Path) -> None:
     assert not [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int32]
 
 
-# Failing on main before the architecture restructure too (onnxruntime 1.31.1, onnx 1.23.2, numpy 2.4.6; also with
-# numpy 2.3.5 and onnx 1.22.0): output 0 of the tiny model is off by 0.114 for both calibration methods, so the
-# error is not the activation ranges. The hardening issue (transforms validate their output and a failed parity
-# blocks ungated publishing) owns the fix; strict, so the marker must go when it passes.
-@pytest.mark.xfail(strict=True, reason="int8 Q/DQ of the tiny model misses atol 0.1 on one logit (0.114): open defect")
 @pytest.mark.parametrize("method", ["entropy", "minmax"])
 def test_int8_qdq_from_npz_runs_in_ort_and_builds_with_rtx(tiny_onnx, tmp_path, method):
     src = tiny_onnx(f"int8_src_{method}")
@@ -145,7 +143,10 @@ def test_int8_qdq_from_npz_runs_in_ort_and_builds_with_rtx(tiny_onnx, tmp_path, 
     assert facts["samples"] == 4 and facts["calibrate_method"] == method
     assert_qdq_for_tensorrt(out)
     x = rng.random(SHAPE, dtype=np.float32)
-    np.testing.assert_allclose(run(out, x), run(src, x), atol=0.1)
+    # Q/DQ semantics (what TensorRT executes): onnxruntime's extended optimizations fuse DQ->Gemm->Q into an int8
+    # QGemm that mishandles the float bias this transform keeps for TensorRT (QuantizeBias False) — measured on
+    # ORT 1.31.1: 0.11 off on one logit fused, 0.014 unfused — so the file is judged without that fusion.
+    np.testing.assert_allclose(run(out, x, fuse=False), run(src, x), atol=0.05)
     rtx_build(out, tmp_path / "engine")
 
 
@@ -216,3 +217,39 @@ def test_image_folder_with_preprocessing(tmp_path):
     got = list(_data.iter_samples(DataSource(path=str(tmp_path), preprocess=pre), {"x": (1, 3, 16, 32)}, {}))
     assert len(got) == 3 and got[0]["x"].shape == (1, 3, 16, 32) and got[0]["x"].dtype == np.float32
     np.testing.assert_allclose(got[0]["x"][0, :, 0, 0], [-1.0, -1.0, 1.0])  # BGR: red lands in channel 2
+
+
+# -- hardening issue, item 5: a transform's output is a valid model, or the transform fails ------------------
+
+def _explicit_cast_model(path: Path) -> Path:
+    """x -> Add -> Cast(to=FLOAT) -> Max -> Relu -> y: an explicit float cast beside a blocked op, the pattern of
+    YOLOv8n's head that onnxconverter-common 1.16 turned into a Cast typed float16 where float is expected."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Add", ["x", "one"], ["a"]),
+             helper.make_node("Cast", ["a"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("Max", ["c", "a"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(np.ones((1, 4), np.float32), "one")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def test_fp16_keeps_explicit_float_casts_and_its_output_loads_in_onnxruntime(tmp_path):
+    src = _explicit_cast_model(tmp_path / "cast.onnx")
+    out = tmp_path / "cast_fp16.onnx"
+    transform(fp16, src, out, PrecisionSpec("fp16"), shape=(1, 4))
+    onnx.checker.check_model(str(out), full_check=True)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_allclose(run(out, x), run(src, x), atol=1e-2)
+
+
+def test_a_transform_output_onnxruntime_cannot_load_fails_the_transform(tmp_path, monkeypatch):
+    """Whatever the converter gets wrong next, the transform node fails with the checker's or onnxruntime's own
+    words and nothing builds from the file (here: the explicit-cast guard taken away again)."""
+    from trt_orchestrator_plugins.transforms import float16 as float16_module
+
+    monkeypatch.setattr(float16_module, "explicit_float_casts", lambda model: [])
+    with pytest.raises(BuildError, match="the fp16 conversion of cast.onnx produced an invalid ONNX model: "):
+        transform(fp16, _explicit_cast_model(tmp_path / "cast.onnx"), tmp_path / "out.onnx", PrecisionSpec("fp16"),
+                  shape=(1, 4))
