@@ -130,6 +130,7 @@ class FloatConversion:
                 raise BuildError(f"{self.kind} conversion of {request.onnx_path.name} failed: "
                                  f"{type(e).__name__}: {e}") from e
         truncated = sum("truncated" in str(w.message) for w in caught)
+        round_trips = drop_fp32_round_trips(converted, set(guarded), set(block))
         repaired = _restore_float_outputs(model, converted) if request.precision.keep_io_types else []
         retyped = _retype_to_bfloat16(converted, original) if self.kind == "bf16" else 0
         request.out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +148,7 @@ class FloatConversion:
             "outputs_restored_to_fp32": repaired,
             "inputs_restored_to_fp32": inputs_cast,
             "kept_fp32_out_of_range": len(guarded),
+            "fp32_round_trips_removed": round_trips,
             "files": [str(p) for p in written],
             "seconds": round(time.perf_counter() - started, 3),
         }
@@ -157,6 +159,50 @@ class FloatConversion:
 
 FP16_MAX = 65504.0
 FP16_MIN_POSITIVE = 5.96e-08  # smallest fp16 subnormal
+
+
+def drop_fp32_round_trips(model: Any, kept_nodes: set[str], kept_ops: set[str]) -> int:
+    """Remove the converter's Cast(to=FLOAT16) -> Cast(to=FLOAT) pairs between two nodes kept in fp32.
+
+    onnxconverter-common 1.16 casts every kept node's output to fp16 and casts it back at the next kept node, so a
+    value kept in fp32 *because* it does not fit fp16 still goes through fp16: PP-OCRv4 det's BatchNormalization
+    variance of 9.8e7 (a Constant and its BN, both kept) arrived as inf and the fp16 detector output all zeros on
+    text (tests/integration/test_transforms.py). A pair is dropped only when the fp16 tensor is read by nothing
+    but Casts back to fp32 and neither end is a graph output; their readers read the fp32 tensor. Returns how many
+    fp16 casts were removed."""
+    import onnx
+
+    def cast_to(node: Any) -> int | None:
+        if node.op_type != "Cast":
+            return None
+        return next((a.i for a in node.attribute if a.name == "to"), None)
+
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    producer = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    removed = 0
+    for down in list(graph.node):
+        if cast_to(down) != onnx.TensorProto.FLOAT16 or down.output[0] in outputs:
+            continue
+        source = producer.get(down.input[0])
+        if source is None or not (source.name in kept_nodes or source.op_type in kept_ops):
+            continue
+        ups = readers.get(down.output[0], [])
+        if not ups or any(cast_to(up) != onnx.TensorProto.FLOAT or up.output[0] in outputs for up in ups):
+            continue
+        for up in ups:
+            for reader in readers.get(up.output[0], []):
+                for i, name in enumerate(reader.input):
+                    if name == up.output[0]:
+                        reader.input[i] = down.input[0]
+            graph.node.remove(up)
+        graph.node.remove(down)
+        removed += 1
+    return removed
 
 
 def explicit_float_casts(model: Any) -> list[str]:

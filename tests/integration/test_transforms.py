@@ -253,3 +253,36 @@ def test_a_transform_output_onnxruntime_cannot_load_fails_the_transform(tmp_path
     with pytest.raises(BuildError, match="the fp16 conversion of cast.onnx produced an invalid ONNX model: "):
         transform(fp16, _explicit_cast_model(tmp_path / "cast.onnx"), tmp_path / "out.onnx", PrecisionSpec("fp16"),
                   shape=(1, 4))
+
+
+def _text_page(seed: int = 0, size: int = 256) -> np.ndarray:
+    """A normalized page (white ~2.2, ink ~-2.0) of six lines of stroke 'glyphs': the detector marks the lines."""
+    rng = np.random.default_rng(seed)
+    x = np.full((1, 3, size, size), 2.2, np.float32)
+    for line in range(6):
+        top, col = 20 + line * 36, 16
+        while col < size - 24:
+            width = int(rng.integers(6, 14))
+            for _ in range(3):
+                if rng.random() < 0.5:
+                    row = top + int(rng.integers(0, 14))
+                    x[:, :, row:row + 2, col:col + width] = -2.0
+                else:
+                    stroke = col + int(rng.integers(0, width))
+                    x[:, :, top:top + 16, stroke:stroke + 2] = -2.0
+            col += width + 3
+    return x
+
+
+def test_fp16_det_keeps_its_out_of_range_variance_in_fp32_end_to_end(demo_models, tmp_path):
+    """The 9.8e7 BatchNormalization variance of PP-OCRv4 det is kept fp32, and so is the edge between its Constant
+    and the BN: the converter's fp32->fp16->fp32 round trip made it inf and the fp16 detector printed all zeros
+    where the fp32 one marks the text lines."""
+    src = demo_models / "ch_PP-OCRv4_det_infer.onnx"
+    out = tmp_path / "det_fp16.onnx"
+    facts = transform(fp16, src, out, PrecisionSpec("fp16"), shape=(1, 3, 64, 64))
+    x = _text_page()
+    reference, converted = run(src, x), run(out, x)
+    assert reference.mean() > 0.05  # the page really has text for the detector
+    np.testing.assert_allclose(converted, reference, atol=0.1)
+    assert facts["fp32_round_trips_removed"] >= 1
