@@ -72,3 +72,8 @@ def failed_gates(summary: RunSummary) -> list[str]:
     """Gate nodes that ran (now or cached) and whose engine failed the gate."""
     return [r.node for r in summary.reports
             if r.status in ("done", "cached") and r.data.get("status") == "failed"]
+
+
+def noisy_gates(summary: RunSummary) -> list[str]:
+    """Benchmark nodes whose timing blocks disagreed past the spread limit: no verdict, pending (not cached)."""
+    return [r.node for r in summary.reports if r.status == "pending" and r.data.get("status") == "noisy"]

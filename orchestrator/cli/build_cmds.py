@@ -43,20 +43,34 @@ def load(manifests: tuple[str, ...], plan_file: str | None, cache_dir: str | Non
     return project, pipeline.plan(project)
 
 
-def finish(summary: RunSummary, verb: str, as_json: bool, project: Project, failed_gates: int = 0) -> ExitCode:
+def run_record(summary: RunSummary, project: Project) -> dict:
+    """The run summary as recorded under ``runs/``, each node with its key: the report reads the last outcome
+    of a node from these records, and a key tells a failure of the current inputs from one of older inputs."""
+    data = summary.to_json()
+    for node in data["nodes"]:
+        graph_node = project.graph.nodes.get(node["node"])
+        if graph_node is not None:
+            node["key"] = graph_node.key
+    return data
+
+
+def finish(summary: RunSummary, verb: str, as_json: bool, project: Project, failed_gates: int = 0,
+           noisy_gates: int = 0) -> ExitCode:
     """Record the run, render it, and say how the command exits."""
     record = project.workspace.root / "runs" / f"{verb}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
-    write_json_atomic(record, summary.to_json())
+    data = run_record(summary, project)
+    write_json_atomic(record, data)
     if as_json:
-        print_json({**summary.to_json(), "summary_file": str(record)})
+        print_json({**data, "summary_file": str(record)})
     else:
         for r in summary.reports:
             if r.status == "failed":
                 console_err().print(f"[red]failed[/] {escape(r.node)}: {escape(r.reason)}", highlight=False)
                 if r.log:
                     console_err().print(f"  log: {escape(r.log)}", highlight=False)
-        line = render_summary(summary, verb)
-        console().print(escape(line) + (f"; {failed_gates} gate(s) FAILED" if failed_gates else ""))
+        line = render_summary(summary, verb, failed_gates=failed_gates, noisy_gates=noisy_gates)
+        style = "red" if (summary.interrupted or not summary.ok or failed_gates) else None
+        console().print(escape(line), style=style, highlight=False)
     if summary.interrupted:
         return ExitCode.INTERRUPTED
     if not summary.ok:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.markup import escape
 
@@ -10,6 +12,7 @@ from orchestrator.app import gating, pipeline
 from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console_err, json_option, manifests_argument
 from orchestrator.cli.render.progress import ProgressView
+from orchestrator.run.executor import RunSummary
 
 
 @click.command()
@@ -38,9 +41,32 @@ def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json,
         summary = gating.gate(project, the_plan, shard=shard, only=only, jobs=jobs, fingerprint=fingerprint,
                                 on_event=view.event)
     failed = gating.failed_gates(summary)
-    if failed and not as_json:
-        by_node = {r.node: r for r in summary.reports}
-        for node in failed:
-            console_err().print(f"[red]gate failed[/] {escape(node)}: verdict in {escape(str(by_node[node].dir))}",
-                                highlight=False)
-    return finish(summary, "gate", as_json, project, failed_gates=len(failed))
+    noisy = gating.noisy_gates(summary)
+    if not as_json:
+        render_gate_failures(summary, failed, noisy)
+    return finish(summary, "gate", as_json, project, failed_gates=len(failed), noisy_gates=len(noisy))
+
+
+def render_gate_failures(summary: RunSummary, failed: list[str], noisy: list[str]) -> None:
+    """Per failed (or noisy) gate: a red ✗, every reason (which output or shape, which metric, the value against
+    its threshold), where the verdict and the log are."""
+    by_node = {r.node: r for r in summary.reports}
+    out = console_err()
+    for node in failed:
+        report = by_node[node]
+        out.print(f"[red]✗ gate failed[/] {escape(node)}", highlight=False)
+        for reason in report.data.get("reasons") or ["(no reason recorded: see the verdict)"]:
+            out.print(f"    {escape(str(reason))}", highlight=False)
+        if report.dir:
+            out.print(f"  verdict: {escape(str(Path(report.dir) / str(report.data.get('verdict', ''))))}",
+                      highlight=False)
+        if report.log:
+            out.print(f"  log: {escape(report.log)}", highlight=False)
+    for node in noisy:
+        report = by_node[node]
+        out.print(f"[yellow]~ benchmark noisy[/] {escape(node)}: no verdict (not cached; publish treats it as "
+                  "pending)", highlight=False)
+        for reason in report.data.get("reasons") or []:
+            out.print(f"    {escape(str(reason))}", highlight=False)
+        if report.log:
+            out.print(f"  log: {escape(report.log)}", highlight=False)

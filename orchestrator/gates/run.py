@@ -5,20 +5,30 @@ runtime plugin; reference: onnxruntime CPU fp32 on the original ONNX) and closes
 
 * A reference session that fails to run is a :class:`~orchestrator.errors.GateError` (the gate cannot judge).
 * An engine session that fails on an input inside its profile is a *failed case* — the engine is broken there.
+
+The benchmark times each shape in several **blocks** spread out in time (round-robin over the shapes, a pause
+between rounds, each block with its own warm-up), gates on the medians over the blocks
+(``stats.block_latency_stats``) and reports the blocks' spread. When the spread is past ``max_spread_pct`` and
+more blocks disagree about a threshold than ``allowed_dissent`` tolerates (one in five: one disturbed block of
+five is outvoted by the medians), the verdict is ``noisy``: neither passed nor failed, because the noise decides
+it. See docs/gates.md, "Benchmark noise".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.contracts.runtime import Session
+from orchestrator.contracts.runtime import Session, Timing
 from orchestrator.core.model import BenchmarkGate, Model
 from orchestrator.errors import GateError
 from orchestrator.gates.inputs import InputCase
 from orchestrator.gates.metrics import compare_output
-from orchestrator.gates.stats import latency_stats
+from orchestrator.gates.stats import LatencyStats, block_latency_stats, latency_stats
 from orchestrator.gates.tolerances import resolve_tolerance
 from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
 
@@ -58,6 +68,51 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
     return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons))
 
 
+# Benchmark noise defaults. The manifest schema has no fields for them yet; when `gate.benchmark` gains `blocks`,
+# `block_gap_s` and `max_spread_pct`, BlockSchedule.of reads them (docs/gates.md, "Benchmark noise").
+DEFAULT_BLOCKS = 5
+DEFAULT_BLOCK_GAP_S = 0.2
+# Past this spread of the blocks' p50 (relative range, %) a verdict the blocks disagree on is "noisy". The
+# harness's run-to-run spread on a quiet lent H200 was 0.2-0.94 % (bench/NOTES-gpu.md): 10 % is 10x that, and
+# well under the 76 % swing seen between two runs.
+DEFAULT_MAX_SPREAD_PCT = 10.0
+MIN_BLOCK_ITERATIONS = 5  # a block's p50/p95 need a few samples
+
+
+@dataclass(frozen=True)
+class BlockSchedule:
+    """How a benchmark series is split in time: ``blocks`` blocks, ``gap_s`` seconds between rounds."""
+
+    blocks: int = DEFAULT_BLOCKS
+    gap_s: float = DEFAULT_BLOCK_GAP_S
+    max_spread_pct: float = DEFAULT_MAX_SPREAD_PCT
+
+    @classmethod
+    def of(cls, settings: BenchmarkGate) -> BlockSchedule:
+        """The manifest's values where it has them (see the module constants), else the defaults."""
+        blocks = getattr(settings, "blocks", None)
+        gap = getattr(settings, "block_gap_s", None)
+        spread = getattr(settings, "max_spread_pct", None)
+        return cls(blocks=DEFAULT_BLOCKS if blocks is None else max(1, int(blocks)),
+                   gap_s=DEFAULT_BLOCK_GAP_S if gap is None else max(0.0, float(gap)),
+                   max_spread_pct=DEFAULT_MAX_SPREAD_PCT if spread is None else float(spread))
+
+    def iterations_per_block(self, iterations: int) -> int:
+        """``iterations`` is the series' total; split over the blocks, at least MIN_BLOCK_ITERATIONS each."""
+        if self.blocks <= 1:
+            return max(1, iterations)
+        return max(MIN_BLOCK_ITERATIONS, math.ceil(max(1, iterations) / self.blocks))
+
+    def budget_per_block(self, time_budget_s: float | None) -> float | None:
+        return None if time_budget_s is None else time_budget_s / max(1, self.blocks)
+
+
+def allowed_dissent(blocks: int) -> int:
+    """How many blocks may disagree with the medians' verdict before a wide spread makes it noisy: one in five
+    (a single disturbed block of the default five is outvoted; two are not)."""
+    return blocks // 5
+
+
 def _batch_of(inputs: Mapping[str, np.ndarray]) -> int:
     first = next(iter(inputs.values()), None)
     return int(first.shape[0]) if first is not None and first.ndim else 1
@@ -71,34 +126,102 @@ def _baseline_p50(baseline: BenchmarkVerdict | Mapping | None) -> dict[str, tupl
     return {s.label: (s.gated.p50_ms, s.input_shapes) for s in verdict.shapes}
 
 
+def _time_blocks(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np.ndarray]],
+                 settings: BenchmarkGate, schedule: BlockSchedule,
+                 sleep: Callable[[float], None]) -> tuple[dict[str, list[Timing]], dict[str, str]]:
+    """Round-robin over the shapes, one block each per round, a pause between rounds: a slow spell of the
+    machine lands in one block of every shape instead of in the whole series of one."""
+    timings: dict[str, list[Timing]] = {label: [] for label in inputs_by_shape}
+    failures: dict[str, str] = {}
+    iterations = schedule.iterations_per_block(settings.iterations)
+    budget = schedule.budget_per_block(settings.time_budget_s)
+    for block in range(max(1, schedule.blocks)):
+        if block and schedule.gap_s > 0:
+            sleep(schedule.gap_s)
+        for label, feeds in inputs_by_shape.items():
+            if label in failures:
+                continue
+            try:
+                timing = session.benchmark(feeds, warmup=settings.warmup, iterations=iterations,
+                                           time_budget_s=budget)
+            except Exception as e:
+                failures[label] = f"{label}: engine failed while benchmarking: {type(e).__name__}: {e}"
+                continue
+            if not timing.compute_ms:
+                raise GateError(f"{label}: the runtime returned no timed iterations",
+                                hint="raise gate.benchmark.iterations or time_budget_s")
+            timings[label].append(timing)
+    return timings, failures
+
+
+# A threshold check: the stats of one series (all blocks, or one block) -> why it fails, or None.
+_Check = tuple[str, str, Callable[[LatencyStats], "str | None"]]  # (shape label, threshold name, check)
+
+
+def _checks(settings: BenchmarkGate, gated_shape: ShapeBenchmark | None, shapes: Sequence[ShapeBenchmark],
+            base: dict[str, tuple[float, dict]]) -> list[_Check]:
+    checks: list[_Check] = []
+    if gated_shape is not None:
+        label = gated_shape.label
+        which = "end-to-end" if gated_shape.end_to_end else "compute"
+        limit_p95 = settings.max_p95_ms
+        if limit_p95 is not None:
+            checks.append((label, "max_p95_ms", lambda st: (
+                f"{label}: {which} p95 {st.p95_ms:.3f} ms > max_p95_ms {limit_p95:g} ms"
+                if st.p95_ms > limit_p95 else None)))
+        limit_tp = settings.min_throughput
+        if limit_tp is not None:
+            checks.append((label, "min_throughput", lambda st: (
+                f"{label}: throughput {st.throughput_per_s:.1f}/s < min_throughput {limit_tp:g}/s "
+                f"(batch {st.batch} / mean {st.mean_ms:.3f} ms)" if st.throughput_per_s < limit_tp else None)))
+    allowed = settings.max_regression_pct
+    if allowed is not None:
+        for s in shapes:
+            if s.regression_pct is None:
+                continue
+            base_p50 = base[s.label][0]
+
+            def regression(st: LatencyStats, label: str = s.label, base_p50: float = base_p50) -> str | None:
+                pct = (st.p50_ms - base_p50) / base_p50 * 100.0
+                return (f"{label}: p50 {st.p50_ms:.3f} ms is {pct:.1f}% slower than the baseline {base_p50:.3f} ms "
+                        f"(allowed {allowed:g}%)" if pct > allowed else None)
+
+            checks.append((s.label, "max_regression_pct", regression))
+    return checks
+
+
 def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np.ndarray]],
-                  settings: BenchmarkGate, baseline: BenchmarkVerdict | Mapping | None = None) -> BenchmarkVerdict:
-    """Time each shape (``opt``, ``min``, ``max`` as given) and apply the thresholds.
+                  settings: BenchmarkGate, baseline: BenchmarkVerdict | Mapping | None = None, *,
+                  schedule: BlockSchedule | None = None,
+                  sleep: Callable[[float], None] = time.sleep) -> BenchmarkVerdict:
+    """Time each shape (``opt``, ``min``, ``max`` as given) in blocks and apply the thresholds to the medians.
 
     ``inputs_by_shape`` maps a label to one sample; its batch is the leading dim of the first input.
     Thresholds apply to the gated series (end-to-end when the runtime measured it, else compute):
     ``max_p95_ms`` and ``min_throughput`` (samples/s) to the ``opt`` shape (the first shape if there is no
     ``opt``), ``max_regression_pct`` to the p50 of every shape the baseline also has at the same input shapes.
+    A threshold the blocks disagree on while their spread exceeds ``schedule.max_spread_pct`` makes the verdict
+    ``noisy`` instead of passed or failed.
     """
     if not inputs_by_shape:
         raise GateError("benchmark gate has no shapes to time", hint="set gate.benchmark.shapes")
+    schedule = schedule or BlockSchedule.of(settings)
     base = _baseline_p50(baseline)
+    timings, failures = _time_blocks(session, inputs_by_shape, settings, schedule, sleep)
     shapes: list[ShapeBenchmark] = []
-    reasons: list[str] = []
+    per_block: dict[str, list[LatencyStats]] = {}  # label -> the gated series of each block
+    reasons: list[str] = [failures[label] for label in inputs_by_shape if label in failures]
     notes: list[str] = []
     for label, feeds in inputs_by_shape.items():
-        try:
-            timing = session.benchmark(feeds, warmup=settings.warmup, iterations=settings.iterations,
-                                       time_budget_s=settings.time_budget_s)
-        except Exception as e:
-            reasons.append(f"{label}: engine failed while benchmarking: {type(e).__name__}: {e}")
+        blocks = timings[label]
+        if label in failures or not blocks:
             continue
-        if not timing.compute_ms:
-            raise GateError(f"{label}: the runtime returned no timed iterations",
-                            hint="raise gate.benchmark.iterations or time_budget_s")
         batch = _batch_of(feeds)
-        compute = latency_stats(timing.compute_ms, batch=batch)
-        e2e = latency_stats(timing.end_to_end_ms, batch=batch) if timing.end_to_end_ms else None
+        compute = block_latency_stats([t.compute_ms for t in blocks], batch=batch)
+        has_e2e = all(t.end_to_end_ms for t in blocks)
+        e2e = block_latency_stats([t.end_to_end_ms for t in blocks], batch=batch) if has_e2e else None
+        per_block[label] = [latency_stats(t.end_to_end_ms if has_e2e else t.compute_ms, batch=batch)
+                            for t in blocks]
         input_shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
         regression = None
         if label in base:
@@ -110,33 +233,47 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
                 regression = ((e2e or compute).p50_ms - base_p50) / base_p50 * 100.0
         elif base:
             notes.append(f"{label}: baseline has no {label!r} shape; regression not checked")
+        memory = [t.device_memory_bytes for t in blocks if t.device_memory_bytes is not None]
         shapes.append(ShapeBenchmark(
-            label=label, input_shapes=input_shapes, batch=batch, clock=timing.clock, compute=compute,
-            end_to_end=e2e, compute_samples_ms=tuple(timing.compute_ms),
-            end_to_end_samples_ms=tuple(timing.end_to_end_ms), device_memory_bytes=timing.device_memory_bytes,
-            regression_pct=regression, extra=dict(timing.extra)))
+            label=label, input_shapes=input_shapes, batch=batch, clock=blocks[0].clock, compute=compute,
+            end_to_end=e2e, compute_samples_ms=tuple(x for t in blocks for x in t.compute_ms),
+            end_to_end_samples_ms=tuple(x for t in blocks for x in t.end_to_end_ms) if has_e2e else (),
+            device_memory_bytes=max(memory) if memory else None, regression_pct=regression,
+            extra=dict(blocks[0].extra)))
 
     gated_shape = next((s for s in shapes if s.label == "opt"), shapes[0] if shapes else None)
-    if gated_shape is not None:
-        series = gated_shape.gated
-        which = "end-to-end" if gated_shape.end_to_end else "compute"
-        if settings.max_p95_ms is not None and series.p95_ms > settings.max_p95_ms:
-            reasons.append(f"{gated_shape.label}: {which} p95 {series.p95_ms:.3f} ms > max_p95_ms "
-                           f"{settings.max_p95_ms:g} ms")
-        if settings.min_throughput is not None and series.throughput_per_s < settings.min_throughput:
-            reasons.append(f"{gated_shape.label}: throughput {series.throughput_per_s:.1f}/s < min_throughput "
-                           f"{settings.min_throughput:g}/s (batch {series.batch} / mean {series.mean_ms:.3f} ms)")
-    if settings.max_regression_pct is not None:
-        if baseline is None:
-            notes.append("no baseline engine published for this address; regression not checked")
-        for s in shapes:
-            if s.regression_pct is not None and s.regression_pct > settings.max_regression_pct:
-                reasons.append(f"{s.label}: p50 {s.gated.p50_ms:.3f} ms is {s.regression_pct:.1f}% slower than the "
-                               f"baseline {base[s.label][0]:.3f} ms (allowed {settings.max_regression_pct:g}%)")
+    if settings.max_regression_pct is not None and baseline is None:
+        notes.append("no baseline engine published for this address; regression not checked")
+    noisy: list[str] = []
+    by_label = {s.label: s for s in shapes}
+    dissenting: dict[str, int] = {}  # label -> most blocks that disagreed with the medians on one threshold
+    for label, name, check in _checks(settings, gated_shape, shapes, base):
+        series = by_label[label].gated
+        failing = check(series)
+        block_fails = [check(b) is not None for b in per_block[label]]
+        dissent = sum(f != (failing is not None) for f in block_fails)
+        dissenting[label] = max(dissenting.get(label, 0), dissent)
+        if series.spread_pct > schedule.max_spread_pct and dissent > allowed_dissent(len(block_fails)):
+            noisy.append(f"{label}: {name}: {sum(block_fails)} of {len(block_fails)} blocks fail it, "
+                         f"{len(block_fails) - sum(block_fails)} pass; the blocks' p50 spread "
+                         f"{series.spread_pct:.1f}% > max_spread_pct {schedule.max_spread_pct:g}% "
+                         f"(p50 per block: {', '.join(f'{x:.3f}' for x in series.block_p50_ms)} ms)")
+        elif failing is not None:
+            reasons.append(failing)
+    for s in shapes:
+        if s.gated.spread_pct > schedule.max_spread_pct and s.label not in {n.split(":", 1)[0] for n in noisy}:
+            n = s.gated.blocks
+            verdict_note = (f"{dissenting[s.label]} of {n} blocks disagree with the verdict, "
+                            f"{allowed_dissent(n)} allowed: it stands" if s.label in dissenting
+                            else "no threshold applies to it")
+            notes.append(f"{s.label}: the blocks' p50 spread {s.gated.spread_pct:.1f}% exceeds max_spread_pct "
+                         f"{schedule.max_spread_pct:g}% ({verdict_note})")
     thresholds = {"max_p95_ms": settings.max_p95_ms, "min_throughput": settings.min_throughput,
                   "max_regression_pct": settings.max_regression_pct, "gated_shape":
                   gated_shape.label if gated_shape else None,
                   "gated_series": ("end_to_end" if gated_shape and gated_shape.end_to_end else "compute"),
-                  "percentile_method": "linear"}
+                  "percentile_method": "linear", "aggregation": "median_of_blocks", "blocks": schedule.blocks,
+                  "iterations_per_block": schedule.iterations_per_block(settings.iterations),
+                  "block_gap_s": schedule.gap_s, "max_spread_pct": schedule.max_spread_pct}
     baseline_json = {"p50_ms": {k: v[0] for k, v in base.items()}} if base else None
-    return BenchmarkVerdict(tuple(shapes), tuple(reasons), thresholds, baseline_json, tuple(notes))
+    return BenchmarkVerdict(tuple(shapes), tuple(reasons), thresholds, baseline_json, tuple(notes), tuple(noisy))

@@ -12,6 +12,14 @@ Two percentile definitions, because users compare our numbers with trtexec's:
 Standard deviation is the sample standard deviation (``ddof=1``; 0 for a single sample).
 Throughput is ``batch / mean latency``: samples per second, where ``batch`` is the leading dim of the input
 (``BenchmarkGate.min_throughput`` is compared against this number); batches per second are recorded too.
+
+**Blocks.** The benchmark gate times a series in several blocks spread out in time (``gates.run``), because one
+series can be off as a whole: on the lent H100/H200 one engine's p50 moved by up to 76 % between two runs a few
+minutes apart. :func:`block_latency_stats` summarises such a series: p50, p95, p99 and the mean are the
+**medians over the blocks** of each block's own value (one disturbed block out of five moves none of them);
+``count``, ``min``, ``max`` and ``stdev`` are over all samples; throughput is ``batch / median block mean``.
+:func:`spread_pct` is the relative range of the blocks' p50s, ``(max - min) / median`` in percent, the number the
+gate compares with its noise threshold. One block gives exactly :func:`latency_stats`.
 """
 
 from __future__ import annotations
@@ -72,6 +80,9 @@ class LatencyStats:
     throughput_per_s: float  # samples/s = batch / mean latency
     batches_per_s: float  # 1 / mean latency
     percentile_method: PercentileMethod = "linear"
+    blocks: int = 1  # > 1: p50/p95/p99/mean are medians over this many blocks (block_latency_stats)
+    block_p50_ms: tuple[float, ...] = ()  # each block's own p50, in timing order (empty for one block)
+    spread_pct: float = 0.0  # (max - min) / median of block_p50_ms, in percent; 0 for one block
 
     def to_json(self) -> dict:
         return {
@@ -87,11 +98,17 @@ class LatencyStats:
             "throughput_per_s": self.throughput_per_s,
             "batches_per_s": self.batches_per_s,
             "percentile_method": self.percentile_method,
+            "blocks": self.blocks,
+            "block_p50_ms": list(self.block_p50_ms),
+            "spread_pct": self.spread_pct,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> LatencyStats:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "block_p50_ms" in values:
+            values["block_p50_ms"] = tuple(values["block_p50_ms"])
+        return cls(**values)
 
 
 def latency_stats(samples_ms: Sequence[float], *, batch: int = 1,
@@ -117,4 +134,49 @@ def latency_stats(samples_ms: Sequence[float], *, batch: int = 1,
         throughput_per_s=batch * per_s,
         batches_per_s=per_s,
         percentile_method=method,
+    )
+
+
+def spread_pct(values: Sequence[float]) -> float:
+    """Relative range ``(max - min) / median`` in percent; 0 for fewer than two values (or a zero median)."""
+    data = np.asarray(values, dtype=np.float64).ravel()
+    if data.size < 2:
+        return 0.0
+    median = float(np.median(data))
+    return float((data.max() - data.min()) / median * 100.0) if median > 0 else 0.0
+
+
+def block_latency_stats(blocks: Sequence[Sequence[float]], *, batch: int = 1,
+                        method: PercentileMethod = "linear") -> LatencyStats:
+    """Summarise a series timed in ``blocks`` (each a sequence of per-iteration ms): medians over the blocks of
+    each block's p50/p95/p99/mean; count, min, max and stdev over every sample; see the module docstring."""
+    per_block = [latency_stats(b, batch=batch, method=method) for b in blocks if len(b)]
+    if not per_block:
+        raise ValueError("no latency samples")
+    if len(per_block) == 1:
+        return per_block[0]
+    pooled = latency_stats([x for b in blocks for x in b], batch=batch, method=method)
+
+    def median(values: Sequence[float]) -> float:
+        return float(np.median(np.asarray(values, dtype=np.float64)))
+
+    mean = median([b.mean_ms for b in per_block])
+    per_s = 1000.0 / mean if mean > 0 else math.inf
+    p50s = tuple(b.p50_ms for b in per_block)
+    return LatencyStats(
+        count=pooled.count,
+        p50_ms=median(p50s),
+        p95_ms=median([b.p95_ms for b in per_block]),
+        p99_ms=median([b.p99_ms for b in per_block]),
+        mean_ms=mean,
+        stdev_ms=pooled.stdev_ms,
+        min_ms=pooled.min_ms,
+        max_ms=pooled.max_ms,
+        batch=batch,
+        throughput_per_s=batch * per_s,
+        batches_per_s=per_s,
+        percentile_method=method,
+        blocks=len(per_block),
+        block_p50_ms=p50s,
+        spread_pct=spread_pct(p50s),
     )

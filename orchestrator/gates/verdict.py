@@ -12,8 +12,8 @@ Shapes::
                     cosine_gated, violations, violation_fraction, nan_count, inf_count, top1_agreement,
                     topk, topk_agreement, gated_topk, gated_topk_agreement, worst[], tolerance{}, reasons[]}
           worst    {index: [sample, i, j, …], engine, reference, abs_error, tolerance_ratio}
-    BenchmarkVerdict {kind: "benchmark", status, reasons[], gated_series, thresholds{}, baseline{}|null,
-                      shapes[]}
+    BenchmarkVerdict {kind: "benchmark", status: "passed"|"failed"|"noisy", reasons[], noisy[], notes[],
+                      thresholds{}, baseline{}|null, shapes[]}
       shape      {label, input_shapes{}, batch, clock, device_memory_bytes, compute{stats}, end_to_end{stats}|null,
                   compute_samples_ms[], end_to_end_samples_ms[], regression_pct|null}
 """
@@ -28,6 +28,8 @@ from orchestrator.gates.stats import LatencyStats
 from orchestrator.gates.tolerances import ResolvedTolerance
 
 Status = Literal["passed", "failed"]
+# "noisy": the benchmark's blocks spread past max_spread_pct and disagree about a threshold (gates.run)
+BenchmarkStatus = Literal["passed", "failed", "noisy"]
 
 
 def encode_float(value: float | None) -> float | str | None:
@@ -258,10 +260,14 @@ class BenchmarkVerdict:
     thresholds: dict = field(default_factory=dict)  # max_p95_ms, min_throughput, max_regression_pct
     baseline: dict | None = None  # {"p50_ms": {label: ms}, "source": …} of the baseline used, if any
     notes: tuple[str, ...] = ()  # not failures: e.g. "baseline has no 'max' shape; regression not checked"
+    noisy: tuple[str, ...] = ()  # thresholds the blocks disagreed on past the spread limit
 
     @property
-    def status(self) -> Status:
-        return "failed" if self.reasons or not self.shapes else "passed"
+    def status(self) -> BenchmarkStatus:
+        """failed (a threshold fails in every way of reading the blocks, or the engine failed) > noisy > passed."""
+        if self.reasons or not self.shapes:
+            return "failed"
+        return "noisy" if self.noisy else "passed"
 
     @property
     def passed(self) -> bool:
@@ -272,10 +278,12 @@ class BenchmarkVerdict:
 
     def to_json(self) -> dict:
         return {"kind": "benchmark", "status": self.status, "reasons": list(self.reasons),
-                "notes": list(self.notes), "thresholds": self.thresholds, "baseline": self.baseline,
+                "noisy": list(self.noisy), "notes": list(self.notes), "thresholds": self.thresholds,
+                "baseline": self.baseline,
                 "shapes": [s.to_json() for s in self.shapes]}
 
     @classmethod
     def from_json(cls, d: dict) -> BenchmarkVerdict:
         return cls(tuple(ShapeBenchmark.from_json(s) for s in d["shapes"]), tuple(d.get("reasons", ())),
-                   d.get("thresholds", {}), d.get("baseline"), tuple(d.get("notes", ())))
+                   d.get("thresholds", {}), d.get("baseline"), tuple(d.get("notes", ())),
+                   tuple(d.get("noisy", ())))

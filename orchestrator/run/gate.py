@@ -1,6 +1,14 @@
 """Gate nodes, run inside executor workers: parity against the reference runtime (the original ONNX on
 onnxruntime CPU fp32) and the benchmark. Whether this runner can run the engine at all is decided before
-(``app.gating.gate``: ``pending``)."""
+(``app.gating.gate``: ``pending``).
+
+Each node writes its verdict file and a log saying what was run (engine, digest, runtime, device, reference,
+input shapes, settings), every output's or shape's numbers, and the verdict with its reasons; its outcome data
+carries the status and the first reasons, so the CLI can say why without opening the file.
+
+A benchmark whose verdict is ``noisy`` (gates.run: the blocks disagree past the spread limit) ends ``pending``,
+not done: it records no verdict, is not cached (the next `orchestrate gate` times it again) and blocks
+publishing exactly like a gate that has not run (docs/gates.md, "Benchmark noise")."""
 
 from __future__ import annotations
 
@@ -15,8 +23,9 @@ from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
-from orchestrator.gates.run import run_benchmark, run_parity
-from orchestrator.run.executor import StepOutcome, StepTask
+from orchestrator.gates.run import BlockSchedule, run_benchmark, run_parity
+from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict
+from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,36 @@ def _device(engine: EngineDescriptor) -> str:
     return "cuda" if engine.target.device in ("cuda", "gpu") else "cpu"
 
 
+MAX_REASONS_IN_DATA = 8  # the outcome's reasons (run records, CLI lines); the verdict file has them all
+
+
+def _engine_lines(kind: str, engine_path: Path, engine: EngineDescriptor, device: str) -> list[str]:
+    return [f"{kind} gate: {engine.address}",
+            f"engine: {engine_path} ({engine.digest}, {engine.size} bytes), built by {engine.builder} "
+            f"{engine.builder_version}, run by {engine.runtime} on {device}"]
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _parity_log(profile: str, verdict: ParityVerdict) -> list[str]:
+    lines = []
+    for case in verdict.cases:
+        shapes = ", ".join(f"{k} {list(v)}" for k, v in case.input_shapes.items())
+        lines.append(f"profile {profile}, case {case.label} ({shapes}; {case.samples} sample(s)): {case.status}")
+        lines.extend(f"  {r}" for r in case.reasons)
+        for o in case.outputs:
+            t = o.tolerance
+            lines.append(
+                f"  output {o.name}: {o.status}; max abs {_fmt(o.max_abs_error)}, mean abs {_fmt(o.mean_abs_error)}, "
+                f"rel-L2 {_fmt(o.rel_l2)}, cosine {_fmt(o.cosine)}{'' if o.cosine_gated else ' (not gated)'}, "
+                f"{o.violations} of {o.elements} elements beyond atol {t.atol:g} + rtol {t.rtol:g}*|ref| "
+                f"(allowed fraction {t.max_violation_fraction:g}; tolerance {t.source})")
+            lines.extend(f"    {r}" for r in o.reasons)
+    return lines
+
+
 def step_parity(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, GatePayload)
@@ -54,27 +93,58 @@ def step_parity(task: StepTask) -> StepOutcome:
     engine_path, engine = built_engine(task, payload)
     runtime = plugins.runtime_for(engine)
     reference_engine = plugins.reference_engine(engine.address)
-    reference = plugins.runtime_for(reference_engine).load(Path(model.source.path), reference_engine,
-                                                          RuntimeOptions(device="cpu"))
-    per_profile = []
-    try:
-        for index, profile in enumerate(_profile_names(payload.cell)):
-            session = runtime.load(engine_path, engine, RuntimeOptions(
-                profile_index=index, device="cuda" if _device(engine) == "cuda" else "cpu",
-                cache_dir=payload.caches / "runtime"))
-            try:
-                verdict = run_parity(model, session, reference, gate_cases(model, profile), engine.precision)
-            finally:
-                session.close()
-            per_profile.append((profile, verdict.to_json(), verdict.passed))
-    finally:
-        reference.close()
-    report = {"kind": "parity", "address": engine.address, "engine_digest": engine.digest,
-              "status": "passed" if all(p for _, _, p in per_profile) else "failed",
-              "profiles": {name: verdict for name, verdict, _ in per_profile}}
+    device = _device(engine)
+    with open_step_log(task) as log:
+        for line in _engine_lines("parity", engine_path, engine, device):
+            log(line)
+        log(f"reference: the original ONNX {model.source.path} on {reference_engine.runtime} "
+            f"({reference_engine.target.device}, fp32); precision judged: {engine.precision}")
+        reference = plugins.runtime_for(reference_engine).load(Path(model.source.path), reference_engine,
+                                                              RuntimeOptions(device="cpu"))
+        per_profile: list[tuple[str, ParityVerdict]] = []
+        try:
+            for index, profile in enumerate(_profile_names(payload.cell)):
+                session = runtime.load(engine_path, engine, RuntimeOptions(
+                    profile_index=index, device="cuda" if device == "cuda" else "cpu",
+                    cache_dir=payload.caches / "runtime"))
+                try:
+                    verdict = run_parity(model, session, reference, gate_cases(model, profile), engine.precision)
+                finally:
+                    session.close()
+                per_profile.append((profile, verdict))
+                for line in _parity_log(profile, verdict):
+                    log(line)
+        finally:
+            reference.close()
+        status = "passed" if all(v.passed for _, v in per_profile) else "failed"
+        several = len(per_profile) > 1
+        reasons = [f"{name}: {r}" if several else r for name, v in per_profile for r in v.reasons]
+        log(f"verdict: {status}" + "".join(f"\n  {r}" for r in reasons))
+    report = {"kind": "parity", "address": engine.address, "engine_digest": engine.digest, "status": status,
+              "profiles": {name: verdict.to_json() for name, verdict in per_profile}}
     (task.out_dir / "parity.json").write_text(json.dumps(report, indent=1))
-    return StepOutcome(files=("parity.json",), data={"status": report["status"], "verdict": "parity.json"},
+    return StepOutcome(files=("parity.json",), data={"status": status, "verdict": "parity.json",
+                                                     "reasons": reasons[:MAX_REASONS_IN_DATA]},
                        status="done")
+
+
+def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
+    lines = []
+    for s in verdict.shapes:
+        shapes = ", ".join(f"{k} {list(v)}" for k, v in s.input_shapes.items())
+        lines.append(f"shape {s.label} ({shapes}, batch {s.batch}; clock {s.clock}; "
+                     f"outputs {s.extra.get('outputs', '-')})")
+        for name, st in (("compute", s.compute), ("end-to-end", s.end_to_end)):
+            if st is None:
+                continue
+            lines.append(f"  {name}: p50 {st.p50_ms:.4f} ms, p95 {st.p95_ms:.4f} ms, mean {st.mean_ms:.4f} ms, "
+                         f"{st.throughput_per_s:.1f}/s over {st.count} iterations in {st.blocks} block(s); "
+                         f"p50 per block {', '.join(f'{x:.4f}' for x in st.block_p50_ms) or '-'} ms, "
+                         f"spread {st.spread_pct:.1f}%")
+        if s.regression_pct is not None:
+            lines.append(f"  p50 vs baseline: {s.regression_pct:+.1f}%")
+    lines.extend(f"note: {n}" for n in verdict.notes)
+    return lines
 
 
 def step_benchmark(task: StepTask) -> StepOutcome:
@@ -82,17 +152,39 @@ def step_benchmark(task: StepTask) -> StepOutcome:
     assert isinstance(payload, GatePayload)
     model: Model = payload.model
     settings = model.gate.benchmark
+    schedule = BlockSchedule.of(settings)
     engine_path, engine = built_engine(task, payload)
     runtime = plugins.runtime_for(engine)
     profile = _profile_names(payload.cell)[0]
-    session = runtime.load(engine_path, engine, RuntimeOptions(
-        profile_index=0, device="cuda" if _device(engine) == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
-    try:
-        verdict = run_benchmark(session, benchmark_inputs(model, profile, settings.shapes), settings,
-                                payload.baseline)
-    finally:
-        session.close()
+    device = _device(engine)
+    with open_step_log(task) as log:
+        for line in _engine_lines("benchmark", engine_path, engine, device):
+            log(line)
+        log(f"profile {profile}, shapes {', '.join(settings.shapes)}; warm-up {settings.warmup} per block, "
+            f"{schedule.iterations_per_block(settings.iterations)} iterations per block"
+            + (f" (time budget {settings.time_budget_s:g} s)" if settings.time_budget_s else "")
+            + f", {schedule.blocks} blocks {schedule.gap_s:g} s apart; thresholds: max_p95_ms "
+            f"{settings.max_p95_ms}, min_throughput {settings.min_throughput}, max_regression_pct "
+            f"{settings.max_regression_pct}, max_spread_pct {schedule.max_spread_pct:g}; baseline: "
+            + ("the last published verdict at this address" if payload.baseline else "none"))
+        session = runtime.load(engine_path, engine, RuntimeOptions(
+            profile_index=0, device="cuda" if device == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
+        try:
+            verdict = run_benchmark(session, benchmark_inputs(model, profile, settings.shapes), settings,
+                                    payload.baseline, schedule=schedule)
+        finally:
+            session.close()
+        for line in _benchmark_log(verdict):
+            log(line)
+        why = verdict.reasons or verdict.noisy
+        log(f"verdict: {verdict.status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
-              "status": "passed" if verdict.passed else "failed", "profile": profile, "verdict": verdict.to_json()}
+              "status": verdict.status, "profile": profile, "verdict": verdict.to_json()}
+    if verdict.status == "noisy":
+        # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
+        return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(verdict.noisy),
+                           data={"status": "noisy", "reasons": list(verdict.noisy[:MAX_REASONS_IN_DATA]),
+                                 "verdict": report})
     (task.out_dir / "benchmark.json").write_text(json.dumps(report, indent=1))
-    return StepOutcome(files=("benchmark.json",), data={"status": report["status"], "verdict": "benchmark.json"})
+    return StepOutcome(files=("benchmark.json",), data={"status": verdict.status, "verdict": "benchmark.json",
+                                                        "reasons": list(verdict.reasons[:MAX_REASONS_IN_DATA])})

@@ -11,10 +11,19 @@ Timing (``Session.benchmark``):
   numpy feeds, outputs returned as new numpy arrays.
 * CUDA EP — when torch or CuPy is importable: inputs/outputs live in device buffers bound through IOBinding, ORT
   runs on the caller's stream (``user_compute_stream``) and CUDA events bracket each iteration. *compute*:
-  ``run_with_iobinding`` alone; *end-to-end*: pinned host→device copies, the run, device→host copies.
-  ``device_memory_bytes`` is the drop in free device memory from before the session was created to after
-  warm-up (process-wide, so it includes the buffers and ORT's arena). Without torch/CuPy the CUDA engine is
-  timed like CPU (perf_counter around ``session.run``, which includes the copies) and ``clock`` says so.
+  ``run_with_iobinding`` alone; *end-to-end*: pinned host→device copies, the run, device→host copies, all issued
+  inside ONE stream context per iteration (entering torch's stream context once per copy read the end-to-end
+  series ~1 % high on an H200, bench/NOTES-gpu.md). ``device_memory_bytes`` is the drop in free device memory
+  from before the session was created to after warm-up (process-wide, so it includes the buffers and ORT's
+  arena). Without torch/CuPy the CUDA engine is timed like CPU (perf_counter around ``session.run``, which
+  includes the copies) and ``clock`` says so.
+
+Outputs are bound to buffers of the shapes the first (untimed) run produced, never of the model's *declared*
+shapes. onnxruntime checks a pre-allocated output against the declaration ("Invalid rank for output: y Got: 2
+Expected: 3") although ``session.run`` of the same model works; when it refuses them, the outputs are left to
+onnxruntime to allocate on every run (``bind_output(name, device)`` re-bound before each run: an output it
+allocated is kept in the binding and refused the same way on the next run). ``Timing.extra["outputs"]`` says
+which way a series ran.
 
 ``onnxruntime`` (and torch/CuPy) are imported inside functions only; its errors become ``GateError``.
 """
@@ -22,7 +31,7 @@ Timing (``Session.benchmark``):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -174,20 +183,24 @@ class OrtSession:
         binding = sess.io_binding()
         for name, arr in feeds.items():
             binding.bind_cpu_input(name, arr)
-        for name, ref in zip(self.output_names, first):
-            value = self._ort.OrtValue.ortvalue_from_numpy(np.empty_like(ref))
-            binding.bind_ortvalue_output(name, value)
+
+        def preallocate() -> None:
+            for name, ref in zip(self.output_names, first):
+                binding.bind_ortvalue_output(name, self._ort.OrtValue.ortvalue_from_numpy(np.empty_like(ref)))
+
+        compute_run, outputs = _bind_outputs(sess, binding, self.output_names, preallocate, ("cpu",))
         for _ in range(max(0, warmup)):
-            sess.run_with_iobinding(binding)
+            compute_run()
             sess.run(None, feeds)
-        compute = _timed(lambda: sess.run_with_iobinding(binding), iterations, budget)
+        compute = _timed(compute_run, iterations, budget)
         e2e = _timed(lambda: sess.run(None, feeds), iterations, budget)
         if self.device == "cuda":
             # Without torch/CuPy the inputs are host arrays: ORT copies them in and out on every run.
             return Timing(compute_ms=e2e, end_to_end_ms=e2e, clock="perf_counter_ns",
-                          extra={"note": "cuda without torch/cupy: host clock, copies included in both series"})
+                          extra={"note": "cuda without torch/cupy: host clock, copies included in both series",
+                                 "outputs": "allocated by onnxruntime (session.run)"})
         return Timing(compute_ms=compute, end_to_end_ms=e2e, clock="perf_counter_ns",
-                      extra={"providers": list(sess.get_providers())})
+                      extra={"providers": list(sess.get_providers()), "outputs": outputs})
 
     # -- CUDA EP with device buffers and CUDA events ---------------------------------------------------------
 
@@ -201,32 +214,64 @@ class OrtSession:
             dev_in[name] = gpu.to_device(arr)
             binding.bind_input(name, "cuda", 0, arr.dtype, arr.shape, gpu.pointer(dev_in[name]))
         host_out, dev_out = {}, {}
-        for name, ref in zip(self.output_names, first):
-            dev_out[name] = gpu.empty(ref.shape, ref.dtype)
-            host_out[name] = gpu.pinned_copy(ref)
-            binding.bind_output(name, "cuda", 0, ref.dtype, ref.shape, gpu.pointer(dev_out[name]))
 
-        def compute() -> None:
-            sess.run_with_iobinding(binding)
+        def preallocate() -> None:
+            for name, ref in zip(self.output_names, first):
+                dev_out[name] = gpu.empty(ref.shape, ref.dtype)
+                host_out[name] = gpu.pinned_copy(ref)
+                binding.bind_output(name, "cuda", 0, ref.dtype, ref.shape, gpu.pointer(dev_out[name]))
+
+        with gpu.on_stream():
+            compute_run, outputs = _bind_outputs(sess, binding, self.output_names, preallocate, ("cuda", 0))
+        preallocated = outputs == "preallocated"
 
         def end_to_end() -> None:
-            for name in feeds:
-                gpu.copy_async(dev_in[name], host_in[name])
-            sess.run_with_iobinding(binding)
-            for name in dev_out:
-                gpu.copy_async(host_out[name], dev_out[name])
+            with gpu.on_stream():  # once per iteration, not per copy (bench/NOTES-gpu.md, bug 3)
+                for name in feeds:
+                    gpu.copy_async(dev_in[name], host_in[name])
+                compute_run()
+                if preallocated:
+                    for name in dev_out:
+                        gpu.copy_async(host_out[name], dev_out[name])
+                else:  # outputs onnxruntime allocated: its own (synchronous) copy to new host arrays
+                    binding.copy_outputs_to_cpu()
 
         for _ in range(max(0, warmup)):
             end_to_end()
         gpu.synchronize()
         used = None if self._free_before is None else max(0, self._free_before - gpu.free_bytes())
-        compute_ms = _timed_events(gpu, compute, iterations, budget)
+        compute_ms = _timed_events(gpu, compute_run, iterations, budget)
         e2e_ms = _timed_events(gpu, end_to_end, iterations, budget)
         return Timing(compute_ms=compute_ms, end_to_end_ms=e2e_ms, clock="cuda_event", device_memory_bytes=used,
-                      extra={"providers": list(sess.get_providers()), "device_buffers": gpu.name})
+                      extra={"providers": list(sess.get_providers()), "device_buffers": gpu.name,
+                             "outputs": outputs})
 
     def close(self) -> None:
         self._session = None
+
+
+def _bind_outputs(sess, binding, names, preallocate, device: tuple) -> tuple[Callable[[], None], str]:
+    """Bind the outputs and return (one run, how its outputs are held).
+
+    First the buffers ``preallocate`` binds (the shapes of a first run); a trial run tells whether onnxruntime
+    takes them. It refuses a pre-allocated output that disagrees with the model's *declared* output shape
+    ("Invalid rank for output", a wrong declaration ``session.run`` tolerates): then the outputs are bound to
+    ``device`` without a shape and re-bound before every run, so onnxruntime allocates them each time."""
+    preallocate()
+    try:
+        sess.run_with_iobinding(binding)
+        return (lambda: sess.run_with_iobinding(binding)), "preallocated"
+    except Exception as e:  # onnxruntime's pybind RuntimeError/Fail; a broken engine fails again below
+        refused = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    def run_allocating() -> None:
+        binding.clear_binding_outputs()
+        for name in names:
+            binding.bind_output(name, *device)
+        sess.run_with_iobinding(binding)
+
+    run_allocating()
+    return run_allocating, f"allocated by onnxruntime on every run (pre-allocated outputs refused: {refused})"
 
 
 def _timed(fn, iterations: int, budget: float | None) -> tuple[float, ...]:
@@ -305,9 +350,12 @@ class _TorchBackend:
     def pointer(self, tensor) -> int:
         return tensor.data_ptr()
 
+    def on_stream(self):
+        """Make our stream current (torch's copies go to the current stream)."""
+        return self.t.cuda.stream(self.stream)
+
     def copy_async(self, dst, src) -> None:
-        with self.t.cuda.stream(self.stream):
-            dst.copy_(src, non_blocking=True)
+        dst.copy_(src, non_blocking=True)  # inside on_stream(): entered once per iteration, not per copy
 
     def event(self):
         return self.t.cuda.Event(enable_timing=True)
@@ -350,6 +398,9 @@ class _CupyBackend:
 
     def pointer(self, arr) -> int:
         return arr.data.ptr
+
+    def on_stream(self):
+        return self.stream  # a CuPy Stream is a context manager; the copies below name it explicitly anyway
 
     def copy_async(self, dst, src) -> None:
         if isinstance(dst, np.ndarray):

@@ -71,7 +71,8 @@ def test_benchmarks_recorded_for_cpu_engines(gated):
         assert shape["label"] == "opt"
         stats = shape["compute"]
         assert 0 < stats["p50_ms"] <= stats["p95_ms"] <= stats["p99_ms"]
-        assert len(shape["compute_samples_ms"]) == 20
+        # 20 iterations over the default 5 timing blocks, at least 5 each (issue 11, benchmark noise)
+        assert len(shape["compute_samples_ms"]) == 25 and shape["compute"]["blocks"] == 5
 
 
 def test_rtx_engines_are_pending_on_a_cpu_runner(gated):

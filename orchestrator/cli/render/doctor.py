@@ -11,15 +11,17 @@ from rich.table import Table
 
 def render_doctor(report: dict[str, Any], console: Console) -> None:
     fp = report["fingerprint"]
-    console.print(f"[bold]runner[/] {escape(fp['os'])}/{escape(fp['arch'])}  driver {fp['driver_version'] or '-'}  "
-                  f"CUDA (driver) {fp['cuda_driver_version'] or '-'}")
+    console.print(f"[bold]runner[/] {escape(fp['os'])}/{escape(fp['arch'])}  "
+                  f"driver {escape(str(fp['driver_version'] or '-'))}  "
+                  f"CUDA (driver) {escape(str(fp['cuda_driver_version'] or '-'))}")
     if fp["gpus"]:
         for g in fp["gpus"]:
-            console.print(f"  GPU {g['index']}: {escape(g['name'])}  CC {g['compute_capability']}  "
+            console.print(f"  GPU {g['index']}: {escape(str(g['name']))}  CC {escape(str(g['compute_capability']))}  "
                           f"{g['memory_mib']} MiB")
     else:
         console.print("  no NVIDIA GPU (NVML found no driver)")
-    installed = [f"{escape(name)} {escape(rt['version'])}" + (f" {rt['features']}" if rt["features"] else "")
+    installed = [f"{escape(name)} {escape(str(rt['version']))}" + (f" {escape(str(rt['features']))}"
+                                                                   if rt["features"] else "")
                  for name, rt in fp["runtimes"].items()]
     console.print("  " + ("  ".join(installed) if installed else "no runtime installed"), markup=True)
     table = Table("builder", "version", "build here?", "precisions (native / via transform)", "engines run on",
@@ -28,7 +30,7 @@ def render_doctor(report: dict[str, Any], console: Console) -> None:
         ok = "[green]yes[/]" if b["can_build"] else f"[red]no[/] — {escape(str(b['reason']))}"
         prec = (f"{', '.join(b.get('precisions_native', [])) or '-'} / "
                 f"{', '.join(b.get('precisions_via_transform', [])) or '-'}") if "precisions_native" in b else ""
-        table.add_row(escape(b["name"]), escape(b["installed_version"] or "-"), ok, prec,
+        table.add_row(escape(b["name"]), escape(b["installed_version"] or "-"), ok, escape(prec),
                       escape(b.get("engines_run_on", "")))
     console.print(table)
     table = Table("runtime", "version", "run here?", box=None, header_style="bold")

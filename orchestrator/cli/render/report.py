@@ -8,15 +8,18 @@ Input: a list of *cells*, one per built engine (matrix cell), each a plain dict:
       "precision":   "fp16",               # fp32 | fp16 | bf16 | int8 | fp8
       "profile_set": "default",            # profile set name
       "target":      "sm89+trt10.13",      # target slug or name: one column per distinct value
-      "status":      "passed",             # passed | failed | pending | blocked | skipped | error (free text ok)
+      "status":      "passed",             # passed | failed | pending | noisy | blocked | skipped | error
       "parity":      {...} | None,         # ParityVerdict.to_json(), or None when not run
       "benchmark":   {...} | None,         # BenchmarkVerdict.to_json(), or None when not run
       "note":        "built on a CPU runner; needs sm89 to gate",   # optional, shown under the status
+      "reasons":     ["build failed: ..."],  # optional: reasons beyond the verdicts' own (build errors, ...)
     }
 
 Rows are model × precision × profile set, columns are targets (first-seen order). A cell shows its status
-(colour + text), p50/p95 in ms of the gated series at the ``opt`` shape, the worst parity error (largest max
-abs error over outputs and cases) and a latency histogram; a detail card per cell below the grid adds the
+(colour + text) and why (its note, else its first failure reason: which output, which metric, the value against
+its threshold), p50/p95 in ms of the gated series at the ``opt`` shape and the spread of its timing blocks'
+p50s, the worst parity error (largest max abs error over outputs and cases) and a latency histogram; a detail
+card per cell below the grid adds the
 parity error per output (max abs and relative L2, log-scale bars) and every failure reason.
 
 The page is self-contained: inline CSS and inline SVG, no scripts, fonts or URLs, so it opens from a CI
@@ -38,6 +41,7 @@ STATUS_COLOURS = {
     "passed": ("#1a7f37", "#dafbe1"),
     "failed": ("#cf222e", "#ffebe9"),
     "pending": ("#9a6700", "#fff8c5"),
+    "noisy": ("#bc4c00", "#fff1e5"),
     "blocked": ("#57606a", "#eaeef2"),
     "skipped": ("#57606a", "#f6f8fa"),
     "error": ("#8250df", "#fbefff"),
@@ -47,6 +51,11 @@ _UNKNOWN_COLOUR = ("#57606a", "#f6f8fa")
 
 def _fmt_ms(value: float | None) -> str:
     return "—" if value is None else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
+
+
+def _fmt_spread(value: float | None) -> str:
+    """The relative range of the timing blocks' p50s (gates.stats.spread_pct); empty for one block."""
+    return "" if not value else f"{value:.0f}%" if value >= 10 else f"{value:.1f}%"
 
 
 def _fmt_err(value) -> str:
@@ -100,8 +109,11 @@ def cell_summary(cell: dict) -> dict:
         samples = list(shape.get("end_to_end_samples_ms") or shape.get("compute_samples_ms") or [])
     outputs = parity_by_output(cell.get("parity"))
     worst = max(outputs, key=lambda o: (math.isnan(o["max_abs_error"]), o["max_abs_error"]), default=None)
-    reasons = list((cell.get("parity") or {}).get("reasons", ())) + list(
-        (cell.get("benchmark") or {}).get("reasons", ()))
+    bench = cell.get("benchmark") or {}
+    reasons = [str(r) for r in cell.get("reasons") or ()]
+    reasons += [r for r in (cell.get("parity") or {}).get("reasons", ()) if r not in reasons]
+    reasons += list(bench.get("reasons", ())) + list(bench.get("noisy", ()))
+    note = cell.get("note")
     return {
         "address": cell.get("address", ""),
         "status": str(cell.get("status", "pending")),
@@ -113,8 +125,10 @@ def cell_summary(cell: dict) -> dict:
         "worst_max_abs": worst["max_abs_error"] if worst else None,
         "outputs": outputs,
         "samples_ms": samples,
+        "spread_pct": series.get("spread_pct") if series else None,
         "reasons": reasons,
-        "note": cell.get("note"),
+        "note": note,
+        "why": note or (reasons[0] if reasons else None),
     }
 
 
@@ -228,6 +242,7 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
             row["views"][target] = dict(s, fg=fg, bg=bg, hist=histogram_svg(s["samples_ms"]),
                                         bars=parity_bars_svg(s["outputs"]), p50=_fmt_ms(s["p50_ms"]),
                                         p95=_fmt_ms(s["p95_ms"]), worst=_fmt_err(s["worst_max_abs"]),
+                                        spread=_fmt_spread(s["spread_pct"]),
                                         model=cell.get("model"), precision=cell.get("precision"),
                                         target=target)
     counts: dict[str, int] = {}
@@ -258,20 +273,28 @@ def report_json(cells: Sequence[dict]) -> dict:
 
 
 def summary_table(cells: Iterable[dict]):
-    """A ``rich.table.Table``: one line per cell with status, p50/p95 and the worst parity error."""
+    """A ``rich.table.Table``: one line per cell with status, p50/p95 (and the blocks' spread), the worst parity
+    error and why a cell is not passed (its note or first reason). Every cell text is escaped: names and tool
+    messages (``pip install 'trt-orchestrator[ort]'``) are not markup."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Gate results")
     columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
-        ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"), ("worst abs err", "right"))
+        ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"), ("spread", "right"), ("worst abs err", "right"),
+        ("why", "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for cell in cells:
         s = cell_summary(cell)
         fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
-        table.add_row(str(cell.get("model", "")), str(cell.get("precision", "")),
-                      str(cell.get("profile_set", "")), str(cell.get("target", "")),
-                      f"[{fg}]{s['status']}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
-                      _fmt_err(s["worst_max_abs"]) + (f" ({s['worst_output']})" if s["worst_output"] else ""))
+        why = "" if s["status"] == "passed" and not s["note"] else (s["why"] or "")
+        table.add_row(escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
+                      escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
+                      f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
+                      _fmt_spread(s["spread_pct"]) or "—",
+                      _fmt_err(s["worst_max_abs"]) + (f" ({escape(str(s['worst_output']))})"
+                                                     if s["worst_output"] else ""),
+                      escape(str(why)))
     return table

@@ -10,18 +10,23 @@ def test_defaults_get_looser_with_precision():
     order = ["fp32", "fp16", "bf16", "int8"]
     atols = [DEFAULT_TOLERANCES[p].atol for p in order]
     assert atols == sorted(atols) and atols[0] == 1e-4
-    assert DEFAULT_TOLERANCES["fp16"].min_cosine == 0.999
+    fp16 = DEFAULT_TOLERANCES["fp16"]
+    # issue 11: a good fp16 conversion has a few elements beyond 1e-2/1e-2 (docs/gates.md, measured)
+    assert (fp16.max_violation_fraction, fp16.min_cosine, fp16.max_rel_l2) == (1e-4, 0.99, 0.15)
+    bf16 = DEFAULT_TOLERANCES["bf16"]  # never stricter than fp16
+    assert bf16.max_violation_fraction >= fp16.max_violation_fraction and bf16.min_cosine <= fp16.min_cosine
+    assert bf16.max_rel_l2 >= fp16.max_rel_l2
     assert (DEFAULT_TOLERANCES["int8"].min_cosine, DEFAULT_TOLERANCES["int8"].min_topk_agreement) == (0.98, 0.9)
     assert [r["precision"] for r in default_tolerance_table()] == ["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
 
 
 def test_resolution_default_then_model_then_output():
     gate = ParityGate(tolerances={"fp16": Tolerance(atol=0.05, rtol=0.02)},
-                      per_output={"boxes": Tolerance(atol=0.5, rtol=0.0, min_cosine=0.99)})
+                      per_output={"boxes": Tolerance(atol=0.5, rtol=0.0, min_cosine=0.999)})
     t = resolve_tolerance(gate, "fp16", "scores")
-    assert (t.atol, t.rtol, t.min_cosine, t.source) == (0.05, 0.02, 0.999, "default:fp16 < model:fp16")
+    assert (t.atol, t.rtol, t.min_cosine, t.source) == (0.05, 0.02, 0.99, "default:fp16 < model:fp16")
     t = resolve_tolerance(gate, "fp16", "boxes")
-    assert (t.atol, t.rtol, t.min_cosine) == (0.5, 0.0, 0.99)
+    assert (t.atol, t.rtol, t.min_cosine) == (0.5, 0.0, 0.999)
     assert t.source == "default:fp16 < model:fp16 < output:boxes"
     t = resolve_tolerance(gate, "fp32", "scores")
     assert t == DEFAULT_TOLERANCES["fp32"]
