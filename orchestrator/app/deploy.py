@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from orchestrator import plugins
 from orchestrator.contracts.store import StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
-from orchestrator.core.model import RegistryConfig
+from orchestrator.core.model import PRECISIONS, RegistryConfig
 from orchestrator.core.query import latest_version, select
 from orchestrator.core.select import Compat, rank_candidates
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError, PluginError, UsageError
@@ -104,10 +104,17 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     """Pick the published engine of ``model`` that can run here (or on ``gpu``/``runtime`` as declared), verify
     its digest and header, and write it to ``out``. Decided before any deserialization; when nothing fits,
     ``NoCompatibleEngineError`` lists every candidate with the reason it was rejected."""
+    if precision is not None and precision not in PRECISIONS:
+        close = [p for p in PRECISIONS if p[:2] == precision[:2].lower()] if precision else []
+        raise UsageError(f"unknown --precision {precision!r}",
+                         hint=(f"did you mean {close[0]}? " if len(close) == 1 else "")
+                         + f"one of: {', '.join(PRECISIONS)} (or leave it out: any precision)")
+    # the declared GPU is checked before anything is read: a misread one would pick an engine for another machine
+    declared_gpu = RunnerFingerprint.parse_gpu_spec(gpu) if gpu != "auto" else None
     spec = RuntimeSpec.parse(runtime) if runtime != "auto" else None
     fp = fingerprint or plugins.fingerprint()
-    if gpu != "auto":
-        fp = RunnerFingerprint.parse_gpu_spec(gpu, fp)
+    if declared_gpu is not None:
+        fp = replace(fp, gpus=declared_gpu.gpus)
     store = plugins.open_store(registry)
     records = store.records(model)
     wanted = version if version not in (None, "latest") else latest_version((r.metadata for r in records), model)

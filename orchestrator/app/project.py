@@ -72,7 +72,8 @@ def load_manifests(paths: Sequence[str | os.PathLike[str]],
         raise UsageError("no manifest given", hint="orchestrate plan manifests/demo.yaml")
     return load_manifest_files([str(p) for p in paths],
                                capabilities=capabilities or plugins.builder_capabilities,
-                               builder_names=plugins.names(plugins.BUILDERS), builder_slug=plugins.builder_slug)
+                               builder_names=plugins.names(plugins.BUILDERS), builder_slug=plugins.builder_slug,
+                               store_names=plugins.names(plugins.STORES))
 
 
 def registry_of(paths: Sequence[str | os.PathLike[str]]) -> RegistryConfig:

@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     except ManifestError as e:
         if not emit_json_error(e):
             for problem in e.problems:
-                console_err().print(problem.render(), markup=False, highlight=False)
+                console_err().print(problem.render(), markup=False, highlight=False, emoji=False)
             console_err().print(f"{len(e.problems)} problem(s) found", style="bold red")
         sys.exit(e.exit_code)
     except OrchestratorError as e:
         if not emit_json_error(e):
-            console_err().print(f"error: {e}", markup=False, highlight=False)
+            console_err().print(f"error: {e}", markup=False, highlight=False, emoji=False)
         sys.exit(e.exit_code)
     sys.exit(int(code) if isinstance(code, int) else ExitCode.OK)

@@ -4,22 +4,47 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+from collections.abc import Mapping
 
 import click
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.app import pipeline
+from orchestrator.app.pipeline import LocalOutcome
 from orchestrator.app.project import load_manifests, load_project
 from orchestrator.atomic import write_json_atomic
 from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
 from orchestrator.cli.render.graph import render
-from orchestrator.core.plan import SYMBOL, Plan, plan_from_json
+from orchestrator.core.plan import SYMBOL, Plan, PlanEntry, plan_from_json
 from orchestrator.errors import ExitCode, PlanError
 from orchestrator.manifest import schema as manifest_schema
 
 _STYLE = {"build": "green", "rebuild": "yellow", "up-to-date": "dim", "blocked": "red"}
+# Everything in a plan row that came from a manifest, a registry or a log is data, never markup: rich cells are
+# Text (no [markup], no :emoji:), control characters are written as escapes (a newline cannot start a forged
+# row), and markdown escapes its punctuation and HTML.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]{}()#+!|~:$])")
+_MD_CODE_SAFE = re.compile(r"^[A-Za-z0-9._/@+=,-]*$")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: control characters (newlines, escapes, bidi overrides) as visible escapes."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def md_text(text: str) -> str:
+    """Plain text for a GitHub-flavoured markdown table cell: no formatting, link, emoji, HTML or new cell."""
+    text = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCT.sub(r"\\\1", text)
+
+
+def md_code(text: str) -> str:
+    """A code span when the text cannot break out of one, else escaped plain text."""
+    return f"`{text}`" if _MD_CODE_SAFE.match(text) else md_text(text)
 
 
 def read_plan_file(path: str) -> Plan:
@@ -34,7 +59,17 @@ def read_plan_file(path: str) -> Plan:
     return plan_from_json(data)
 
 
-def render_plan_table(plan: Plan) -> Table:
+def _why(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> str:
+    why = e.reason if e.status != "rebuild" else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else "")
+    outcome = local.get(e.address)
+    if outcome is not None and e.status != "up-to-date":
+        why = f"{why}; {outcome.text()}" if why else outcome.text()
+    return one_line(why)
+
+
+def render_plan_table(plan: Plan, local: Mapping[str, LocalOutcome | None] | None = None) -> Table:
+    """The plan as a rich table; ``local``: each cell's last outcome on this machine (``pipeline.local_outcomes``)."""
+    local = local or {}
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("")
     table.add_column("cell", no_wrap=True)
@@ -42,18 +77,28 @@ def render_plan_table(plan: Plan) -> Table:
     table.add_column("build key", no_wrap=True)
     table.add_column("why", overflow="fold")
     for e in plan.entries:
-        why = e.reason if e.status != "rebuild" else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else "")
-        table.add_row(SYMBOL[e.status], escape(e.address), f"[{_STYLE[e.status]}]{e.status}[/]", e.build_key[:12],
-                      escape(why))
+        table.add_row(SYMBOL[e.status], Text(one_line(e.address)), Text(e.status, style=_STYLE[e.status]),
+                      Text(one_line(e.build_key[:12])), Text(_why(e, local)))
     return table
 
 
-def render_plan_markdown(plan: Plan) -> str:
-    lines = [f"### {plan.summary()}", "", "| | cell | status | build key | why |", "|---|---|---|---|---|"]
+def render_plan_markdown(plan: Plan, local: Mapping[str, LocalOutcome | None] | None = None) -> str:
+    """The plan as a GitHub-flavoured markdown table (a job summary): every user-given text escaped."""
+    local = local or {}
+    lines = [f"### {md_text(plan.summary())}", "", "| | cell | status | build key | why |", "|---|---|---|---|---|"]
     for e in plan.entries:
-        why = (e.reason if e.status != "rebuild" else "; ".join(e.changes[:3])).replace("|", "\\|")
-        lines.append(f"| {SYMBOL[e.status]} | `{e.address}` | {e.status} | `{e.build_key[:12]}` | {why} |")
+        lines.append(f"| {md_text(SYMBOL[e.status])} | {md_code(e.address)} | {md_text(e.status)} | "
+                     f"{md_code(e.build_key[:12])} | {md_text(_why(e, local))} |")
     return "\n".join(lines) + "\n"
+
+
+def plan_json(plan: Plan, local: Mapping[str, LocalOutcome | None]) -> dict:
+    """The plan's JSON with each cell's ``local`` outcome added (None: never built or tried on this machine)."""
+    data = plan.to_json()
+    for cell in data["cells"]:
+        outcome = local.get(cell["address"])
+        cell["local"] = outcome.to_json() if outcome is not None else None
+    return data
 
 
 @click.command()
@@ -69,8 +114,8 @@ def validate(manifests, as_json):
                     "models": sum(len(m.models) for m in loaded), "targets": sum(len(m.targets) for m in loaded)})
     else:
         for m in loaded:
-            console().print(f"[green]ok[/] {escape(os.path.relpath(m.file))}: {len(m.models)} models, "
-                            f"{len(m.targets)} targets")
+            console().print(Text.assemble(("ok", "green"), f" {one_line(os.path.relpath(m.file))}: "
+                                          f"{len(m.models)} models, {len(m.targets)} targets"))
 
 
 @click.command()
@@ -88,17 +133,18 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
         raise click.UsageError("give at least one MANIFEST")
     project = load_project(manifests, cache_dir=cache_dir)
     the_plan = pipeline.plan(project, max_cells_per_shard=max_cells_per_shard)
+    local = pipeline.local_outcomes(project)
     if out:
-        write_json_atomic(out, the_plan.to_json())
+        write_json_atomic(out, plan_json(the_plan, local))
     if as_json:
-        print_json(the_plan.to_json())
+        print_json(plan_json(the_plan, local))
     elif markdown:
-        sys.stdout.write(render_plan_markdown(the_plan))
+        sys.stdout.write(render_plan_markdown(the_plan, local))
     else:
-        console().print(render_plan_table(the_plan))
+        console().print(render_plan_table(the_plan, local))
         console().print(f"\n[bold]{the_plan.summary()}[/]")
         if out:
-            console().print(f"saved to {escape(out)} ({len(the_plan.shards)} shard(s))")
+            console().print(Text(f"saved to {one_line(out)} ({len(the_plan.shards)} shard(s))"))
     if detailed_exitcode and the_plan.has_changes:
         return ExitCode.CHANGES
     return ExitCode.OK

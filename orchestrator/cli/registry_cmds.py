@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 
 import click
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.app import deploy, pipeline
 from orchestrator.app import registry as registry_verbs
 from orchestrator.app.project import registry_of
 from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json
+from orchestrator.cli.plan_cmds import one_line
 from orchestrator.cli.render.progress import ProgressView
 from orchestrator.core.model import RegistryConfig
 
@@ -83,7 +84,7 @@ def ls_cmd(manifests, registry, model, as_json):
     table = Table("address", "version", "builder", "gates", "size", "digest", "published", box=None,
                   header_style="bold")
     for m in metas:
-        table.add_row(*(escape(cell) for cell in _row(m)))
+        table.add_row(*(Text(one_line(str(cell))) for cell in _row(m)))  # registry text is data, never markup
     console().print(table)
     console().print(f"{len(metas)} artifact(s)")
 
@@ -106,13 +107,13 @@ def show(ref, manifests, registry, as_json):
                          ("gates", meta.get("gates", {}).get("status")), ("runner", meta["runner"].get("gpus") or
                                                                            "no GPU"),
                          ("manifest", meta["manifest"]), ("published", meta.get("published_at"))):
-        console().print(f"[bold]{label:>10}[/]  {escape(str(value))}", highlight=False)
+        console().print(Text.assemble((f"{label:>10}", "bold"), "  ", one_line(str(value))), highlight=False)
 
 
 @click.command()
 @click.argument("model")
 @click.option("--version", "version", default=None, help="A model version [default: latest].")
-@click.option("--precision", default=None)
+@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
 @click.option("--profile", default=None, help="Profile set name.")
 @click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
 @click.option("--runtime", default="auto", show_default=True,
@@ -133,12 +134,12 @@ def pull(model, version, precision, profile, gpu, runtime, out, registry, manife
                     "digest": meta["engine"]["digest"], "reason": result.reason, "metadata": meta,
                     "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
         return
-    console().print(f"[green]chose[/] {escape(meta['address'])} {meta['engine']['digest'][:19]} — "
-                    f"{escape(result.reason)}")
+    console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
+                                  f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
     if result.path:
-        console().print(f"wrote {escape(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)")
+        console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
     for who, why in result.rejections:
-        console_err().print(f"  [dim]not {escape(who)}: {escape(why)}[/]", highlight=False)
+        console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
 
 
 @click.command()
@@ -158,8 +159,8 @@ def retention(manifests, registry, keep_versions, yes, as_json):
                     "removed": removed})
         return
     for a in doomed:
-        console().print(f"{'deleted' if yes else 'would delete'} {escape(a.metadata['address'])} "
-                        f"{escape(a.metadata['model']['version'])} {a.digest[:19]}")
+        console().print(Text(f"{'deleted' if yes else 'would delete'} {one_line(str(a.metadata['address']))} "
+                             f"{one_line(str(a.metadata['model']['version']))} {one_line(a.digest)[:19]}"))
     if not yes and doomed:
         console().print("dry run: pass --yes to delete")
     if not doomed:

@@ -5,9 +5,21 @@ runtime plugins' own names."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from orchestrator.errors import UsageError
+
+_CC_SPEC = re.compile(r"^(?:sm_?(?P<sm>[0-9]{2,3})|(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])|(?P<digits>[0-9]{2,3}))$")
+# What people type for `--gpu` instead of a compute capability: the name of the GPU. Suggested, never guessed.
+_GPU_CC = {"b200": "10.0", "gb200": "10.0", "b100": "10.0", "h200": "9.0", "gh200": "9.0", "h100": "9.0",
+           "h800": "9.0", "a100": "8.0", "a800": "8.0", "a30": "8.0", "a10": "8.6", "a10g": "8.6", "a16": "8.6",
+           "a40": "8.6", "a6000": "8.6", "rtxa6000": "8.6", "a2": "8.6", "l4": "8.9", "l40": "8.9", "l40s": "8.9",
+           "rtx6000ada": "8.9", "t4": "7.5", "v100": "7.0", "p100": "6.0", "orin": "8.7", "rtx5090": "12.0",
+           "5090": "12.0", "rtx5080": "12.0", "rtx4090": "8.9", "4090": "8.9", "rtx4080": "8.9", "rtx4070": "8.9",
+           "rtx3090": "8.6", "3090": "8.6", "rtx3080": "8.6", "rtx2080": "7.5"}
 
 
 @dataclass(frozen=True)
@@ -92,15 +104,28 @@ class RunnerFingerprint:
 
     @classmethod
     def parse_gpu_spec(cls, spec: str, base: RunnerFingerprint | None = None) -> RunnerFingerprint:
-        """``sm89`` / ``8.9`` / ``none`` -> a fingerprint with that GPU (for `pull --gpu`)."""
+        """``sm89`` / ``sm_89`` / ``8.9`` / ``89`` / ``none`` (or ``cpu``) -> a fingerprint with that GPU (for
+        `pull --gpu`). Anything else is a ``UsageError`` (a GPU's name gets its compute capability suggested):
+        a misread value would silently pick an engine for another machine."""
         base = base or cls(os="", arch="")
         text = spec.strip().lower()
         if text in ("none", "cpu"):
             return replace(base, gpus=())
-        if text.startswith("sm"):
-            digits = text[2:]
-            cc = f"{digits[:-1]}.{digits[-1]}"
+        m = _CC_SPEC.match(text)
+        if m is not None:
+            digits = m.group("sm") or m.group("digits")
+            major, minor = (digits[:-1], digits[-1]) if digits else (m.group("major"), m.group("minor"))
+            if int(major) > 0:
+                cc = f"{int(major)}.{minor}"
+                gpu = GpuInfo(index=0, name=f"declared sm{int(major)}{minor}", compute_capability=cc, memory_mib=0)
+                return replace(base, gpus=(gpu,))
+        name = re.sub(r"[\s_-]+", "", text).removeprefix("nvidia").removeprefix("geforce").removeprefix("tesla")
+        known = _GPU_CC.get(name)
+        if known is not None:
+            slug = "sm" + known.replace(".", "")
+            hint = (f"did you mean {slug} (the {spec.strip().upper()}'s compute capability)? --gpu takes a compute "
+                    "capability (sm90, 9.0), none, or auto")
         else:
-            cc = text
-        gpu = GpuInfo(index=0, name=f"declared sm{cc.replace('.', '')}", compute_capability=cc, memory_mib=0)
-        return replace(base, gpus=(gpu,))
+            hint = ("--gpu takes a compute capability such as sm90 or 9.0, or none (a machine without a GPU), or "
+                    "auto (this machine's GPU)")
+        raise UsageError(f"unknown --gpu {spec!r}: not a compute capability", hint=hint)

@@ -100,6 +100,10 @@ class BenchmarkGate:
     min_throughput: float | None = None
     max_regression_pct: float | None = None
     enabled: bool = True
+    # the series is timed in blocks spread out in time; None: the gates' documented defaults (docs/gates.md)
+    blocks: int | None = None
+    block_gap_s: float | None = None
+    max_spread_pct: float | None = None
 
 
 @dataclass(frozen=True)

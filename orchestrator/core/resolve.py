@@ -37,12 +37,17 @@ class ResolveInputs:
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
 
 
-def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
+def address_part(target: Target) -> str:
+    """The ``sm89+trt10.13`` after the ``@`` of every cell address of ``target``."""
     # A CC list is a set: its order in the YAML must not move the cell to a new address (and so a rebuild).
     ccs = tuple(sorted(target.compute_capabilities, key=_cc_tuple))
     if ccs != target.compute_capabilities:
         target = replace(target, compute_capabilities=ccs)
-    return f"{model}/{precision}/{profile_set}@{target.slug}"
+    return target.slug
+
+
+def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
+    return f"{model}/{precision}/{profile_set}@{address_part(target)}"
 
 
 def _matches(rule: MatrixRule, model: str, precision: str, profile_set: str, target: str) -> bool:
@@ -103,6 +108,14 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
     return None
 
 
+def _calibration_shapes(model: Model, profiles: tuple[OptimizationProfile, ...]) -> dict[str, list[int]]:
+    """Calibration runs at the first profile's opt shapes; a static model (no profile declared) has one implicit
+    profile: its declared shapes (as the transform step reads them)."""
+    if profiles:
+        return {k: list(v[1]) for k, v in profiles[0].shapes.items()}
+    return {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in model.inputs}
+
+
 def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict[str, Any]:
     settings: dict[str, Any] = {"keep_io_types": spec.keep_io_types,
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
@@ -112,7 +125,10 @@ def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict[str,
     return settings
 
 
-def _cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, Target]]:
+def cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, Target]]:
+    """The matrix's cells: every model x its precisions x its profile sets x every target, minus ``exclude``,
+    plus what ``include`` names. A rule that names no model applies to the models that declare the precision
+    and define the profile set it names (a model never gets a precision or profile set it does not declare)."""
     targets = {t.name: t for t in manifest.targets}
     seen: set[tuple[str, str, str, str]] = set()
     for model in manifest.models:
@@ -127,6 +143,12 @@ def _cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, T
     for rule in manifest.include:
         for model in ([models[rule.model]] if rule.model else manifest.models):
             specs = {s.name: s for s in model.precisions}
+            if rule.model is None and rule.precision is not None and rule.precision not in specs:
+                continue
+            if rule.profile_set is not None and rule.profile_set not in model.profile_sets:
+                # a rule without model: not this model's set; with one, the manifest checks refuse it (a hand-made
+                # Manifest gets no cell rather than a crash)
+                continue
             names = [rule.precision] if rule.precision else list(specs)
             for name in names:
                 spec = specs.get(name) or PrecisionSpec(name=name)
@@ -160,7 +182,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
         return text
 
     for manifest in manifests:
-        for model, spec, set_name, target in _cells_of(manifest):
+        for model, spec, set_name, target in cells_of(manifest):
             ck = (target.builder, target.builder_version)
             if ck not in caps_cache:
                 caps_cache[ck] = capabilities(*ck)
@@ -202,9 +224,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                         "model": model_digest,
                         "settings": _transform_settings(spec, inputs),
                         "calibration": calib,
-                        # calibration runs at the first profile's opt shapes
-                        "calibration_shapes": ({k: list(v[1]) for k, v in profiles[0].shapes.items()}
-                                               if kind.endswith("qdq") else None),
+                        "calibration_shapes": _calibration_shapes(model, profiles) if kind.endswith("qdq") else None,
                     }
                     transform_cache[tk] = (t_inputs, digest_of(t_inputs))
                 transform_inputs, tkey = transform_cache[tk]

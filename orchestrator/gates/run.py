@@ -68,8 +68,8 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
     return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons))
 
 
-# Benchmark noise defaults. The manifest schema has no fields for them yet; when `gate.benchmark` gains `blocks`,
-# `block_gap_s` and `max_spread_pct`, BlockSchedule.of reads them (docs/gates.md, "Benchmark noise").
+# Benchmark noise defaults, for a manifest's `gate.benchmark` without `blocks`, `block_gap_s` or `max_spread_pct`
+# (docs/gates.md, "Benchmark noise").
 DEFAULT_BLOCKS = 5
 DEFAULT_BLOCK_GAP_S = 0.2
 # Past this spread of the blocks' p50 (relative range, %) a verdict the blocks disagree on is "noisy". The
@@ -90,9 +90,7 @@ class BlockSchedule:
     @classmethod
     def of(cls, settings: BenchmarkGate) -> BlockSchedule:
         """The manifest's values where it has them (see the module constants), else the defaults."""
-        blocks = getattr(settings, "blocks", None)
-        gap = getattr(settings, "block_gap_s", None)
-        spread = getattr(settings, "max_spread_pct", None)
+        blocks, gap, spread = settings.blocks, settings.block_gap_s, settings.max_spread_pct
         return cls(blocks=DEFAULT_BLOCKS if blocks is None else max(1, int(blocks)),
                    gap_s=DEFAULT_BLOCK_GAP_S if gap is None else max(0.0, float(gap)),
                    max_spread_pct=DEFAULT_MAX_SPREAD_PCT if spread is None else float(spread))

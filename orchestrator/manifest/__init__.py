@@ -1,13 +1,16 @@
 """Manifests: YAML in, a validated, typed ``Manifest`` out, or one ``ManifestError`` with every problem.
 
-    load_manifest(path, *, capabilities, builder_names=(), builder_slug=None) -> Manifest
-    load_manifests(paths, *, capabilities, builder_names=(), builder_slug=None) -> tuple[Manifest, ...]
+    load_manifest(path, *, capabilities, builder_names=(), builder_slug=None, store_names=None) -> Manifest
+    load_manifests(paths, *, capabilities, builder_names=(), builder_slug=None, store_names=None)
+        -> tuple[Manifest, ...]
     schema() -> dict                                     (the JSON Schema, for `orchestrate schema`)
 
 This package is an edge that knows YAML and JSON Schema, not plugins: what the installed builders can do comes
 in as functions (``orchestrator.app.project`` passes the plugins'). ``capabilities(builder, version) ->
 BuilderCapabilities | None`` says what each target's builder can do; ``builder_names`` feeds the "did you mean"
-hint for an unknown builder; ``builder_slug(name)`` gives each target's address slug (``trt`` for tensorrt).
+hint for an unknown builder; ``builder_slug(name)`` gives each target's address slug (``trt`` for tensorrt), which
+also lets the loader refuse two targets whose cells would share addresses; ``store_names`` names the installed
+stores.
 
 Modules: ``positions`` (YAML with line/column), ``schema`` (JSON Schema and its errors), ``convert`` (data ->
 dataclasses, defaults), ``checks`` (semantic checks, pure), ``load`` (files, hashes, problems); the dataclasses
@@ -17,33 +20,29 @@ themselves are ``orchestrator.core.model``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
 
 from orchestrator.core.model import Manifest
 from orchestrator.manifest.checks import CapabilitiesFn
-from orchestrator.manifest.load import load_all
+from orchestrator.manifest.load import SlugFn, load_all
 from orchestrator.manifest.schema import schema
 
 __all__ = ["load_manifest", "load_manifests", "schema"]
 
-SlugFn = Callable[[str], str]
-
 
 def load_manifest(path: str | os.PathLike[str], *, capabilities: CapabilitiesFn, builder_names: Sequence[str] = (),
-                  builder_slug: SlugFn | None = None) -> Manifest:
+                  builder_slug: SlugFn | None = None, store_names: Sequence[str] | None = None) -> Manifest:
     """Load, validate and type one manifest; raises ``ManifestError`` with every problem found."""
     return load_manifests([path], capabilities=capabilities, builder_names=builder_names,
-                          builder_slug=builder_slug)[0]
+                          builder_slug=builder_slug, store_names=store_names)[0]
 
 
 def load_manifests(paths: Iterable[str | os.PathLike[str]], *, capabilities: CapabilitiesFn,
-                   builder_names: Sequence[str] = (), builder_slug: SlugFn | None = None) -> tuple[Manifest, ...]:
+                   builder_names: Sequence[str] = (), builder_slug: SlugFn | None = None,
+                   store_names: Sequence[str] | None = None) -> tuple[Manifest, ...]:
     """Load several manifests planned together. Problems of all files are reported at once; a model or target
-    name defined in two files is a problem at both places. A file named twice is loaded once."""
+    name defined in two files is a problem at both places. A file named twice is loaded once. ``store_names``
+    (the installed store plugins) makes an unknown ``registry.store`` a problem; None: not checked."""
     unique = list(dict.fromkeys(os.path.abspath(os.fspath(p)) for p in paths))
-    manifests = load_all(unique, capabilities=capabilities, builder_names=tuple(builder_names))
-    if builder_slug is None:
-        return manifests
-    return tuple(replace(m, targets=tuple(replace(t, builder_slug=builder_slug(t.builder)) for t in m.targets))
-                 for m in manifests)
+    return load_all(unique, capabilities=capabilities, builder_names=tuple(builder_names), builder_slug=builder_slug,
+                    store_names=tuple(store_names) if store_names is not None else None)

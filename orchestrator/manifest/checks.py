@@ -230,6 +230,16 @@ def _matrix(manifest: CheckInput, out: list[Finding]) -> None:
                 if scope and rule.profile_set not in sets:
                     out.append(Finding(path + ("profile_set",), f"unknown profile set '{rule.profile_set}'"
                                        f" (defined: {', '.join(sets)})", did_you_mean(rule.profile_set, sets)))
+                    continue
+            if section == "include" and rule.model is None and rule.precision is not None \
+                    and rule.profile_set is not None and scope and len(scope) == len(manifest.models) \
+                    and any(rule.precision in {p.name for p in m.precisions} for m in scope) \
+                    and not any(rule.precision in {p.name for p in m.precisions} and rule.profile_set in m.profile_sets
+                                for m in scope):
+                # each is declared by some model, never both by one: the rule adds nothing (a typo, surely)
+                out.append(Finding(path, f"no model declares both precision '{rule.precision}' and profile set "
+                                   f"'{rule.profile_set}': the rule matches no cell",
+                                   "name the model the rule is for, or fix the precision or profile set"))
 
 
 def _matches(rule: MatrixRule, model: str, precision: str, target: str) -> bool:

@@ -106,7 +106,9 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             warmup=bench.get("warmup", 10), iterations=bench.get("iterations", 100),
             time_budget_s=bench.get("time_budget_s"), shapes=tuple(bench.get("shapes", ("opt",))),
             max_p95_ms=bench.get("max_p95_ms"), min_throughput=bench.get("min_throughput"),
-            max_regression_pct=bench.get("max_regression_pct"), enabled=bench.get("enabled", True)),
+            max_regression_pct=bench.get("max_regression_pct"), enabled=bench.get("enabled", True),
+            blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
+            max_spread_pct=bench.get("max_spread_pct")),
         allow_ungated_publish=raw.get("allow_ungated_publish", False))
 
 

@@ -6,17 +6,20 @@ every finding into a positioned ``Problem``. Raises one ``ManifestError`` carryi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import cast
 
 from orchestrator.core.model import Manifest, Model, RegistryConfig, Target
+from orchestrator.core.resolve import address_part, cells_of
 from orchestrator.digests import hash_file
 from orchestrator.errors import ManifestError, Problem
 from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
 from orchestrator.manifest.convert import convert
-from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, render_path
-from orchestrator.manifest.schema import kind_of, schema_findings
+from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, printable, render_path
+from orchestrator.manifest.schema import did_you_mean, kind_of, schema_findings
+
+SlugFn = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,11 @@ def _redirect(path: Path, redirects: dict[Path, Path]) -> Path:
 def _problem(finding: Finding, source: SourceMap, redirects: dict[Path, Path]) -> Problem:
     path = _redirect(finding.path, redirects)
     line, col = finding.mark or source.locate(path, key=finding.at_key)
-    return Problem(source.file, line, col, render_path(path), finding.message, finding.hint)
+    if line is None:  # only a document that never parsed has no marks, and its findings carry their own
+        line, col = 1, 1
+    # messages quote what the user wrote: never let a control character of it reach a terminal or a log
+    return Problem(source.file, line, col, render_path(path), printable(finding.message),
+                   printable(finding.hint) if finding.hint else None)
 
 
 def _display_name(path: str) -> str:
@@ -84,6 +91,31 @@ def _file_findings(models, targets) -> list[Finding]:
     return out
 
 
+def _address_collisions(manifest: Manifest) -> list[Finding]:
+    """Two targets whose cells would get the same addresses (same builder slug and version family, the same CCs,
+    ...): `plan` could only say "also declared" without a line. Only cells the matrix really makes count."""
+    part = {i: address_part(t) for i, t in enumerate(manifest.targets)}
+    if len(set(part.values())) == len(part):
+        return []  # the usual case: every target has its own address part, no cell can collide
+    index = {id(t): i for i, t in enumerate(manifest.targets)}
+    first: dict[str, int] = {}
+    reported: set[tuple[int, int]] = set()
+    out: list[Finding] = []
+    for model, spec, set_name, target in cells_of(manifest):
+        t = index[id(target)]
+        address = f"{model.name}/{spec.name}/{set_name}@{part[t]}"
+        other = first.setdefault(address, t)
+        if other != t and (other, t) not in reported:
+            reported.add((other, t))
+            out.append(Finding(("targets", t, "name"),
+                               f"target '{target.name}' gives its cells the same addresses as target "
+                               f"'{manifest.targets[other].name}' (targets[{other}]), e.g. {address}",
+                               "targets must differ in compute capability, builder, builder version (major.minor) "
+                               "or options.version_compatible; merge the two, or exclude one from the other's "
+                               "models in matrix.exclude"))
+    return out
+
+
 def _names(data: dict, section: str) -> list[str | None]:
     entries = data.get(section)
     if not isinstance(entries, list):
@@ -91,7 +123,8 @@ def _names(data: dict, section: str) -> list[str | None]:
     return [e["name"] if isinstance(e, dict) and isinstance(e.get("name"), str) else None for e in entries]
 
 
-def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_names: Sequence[str]) -> LoadedManifest:
+def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_names: Sequence[str],
+             builder_slug: SlugFn | None = None, store_names: Sequence[str] | None = None) -> LoadedManifest:
     file = os.path.abspath(os.fspath(path))
     shown = _display_name(file)
     try:
@@ -126,6 +159,12 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
                                      _names(data, "targets"), converted.include, converted.exclude),
                           capabilities=capabilities, builder_names=builder_names)
         findings += _file_findings(converted.models, converted.targets)
+        if store_names is not None and converted.registry is not None and converted.registry.store is not None \
+                and converted.registry.store not in store_names:
+            store = converted.registry.store
+            findings.append(Finding(("registry", "store"), f"unknown store '{store}'",
+                                    did_you_mean(store, store_names)
+                                    or f"installed stores: {', '.join(store_names) or 'none'}"))
         if not findings:  # then every entry was typed and the registry converted: a None comes with a finding
             manifest = Manifest(
                 file=file, project=data.get("project", os.path.splitext(os.path.basename(file))[0]),
@@ -134,6 +173,13 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
                 include=tuple(converted.include), exclude=tuple(converted.exclude),
                 registry=cast(RegistryConfig, converted.registry), runner_pools=tuple(converted.pools),
                 salt=data.get("salt", ""))
+            if builder_slug is not None:
+                manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
+                                                           for t in manifest.targets))
+            collisions = _address_collisions(manifest)
+            if collisions:
+                findings += collisions
+                manifest = None
     problems = tuple(_problem(f, source, redirects) for f in findings)
     names: dict[tuple[str, str], Problem] = {}
     if isinstance(data, dict):
@@ -145,8 +191,10 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
 
 
 def load_all(paths: Iterable[str | os.PathLike], *, capabilities: CapabilitiesFn,
-             builder_names: Sequence[str]) -> tuple[Manifest, ...]:
-    loaded = [load_one(p, capabilities=capabilities, builder_names=builder_names) for p in paths]
+             builder_names: Sequence[str], builder_slug: SlugFn | None = None,
+             store_names: Sequence[str] | None = None) -> tuple[Manifest, ...]:
+    loaded = [load_one(p, capabilities=capabilities, builder_names=builder_names, builder_slug=builder_slug,
+                       store_names=store_names) for p in paths]
     problems = [p for one in loaded for p in one.problems]
     first: dict[tuple[str, str], Problem] = {}
     for one in loaded:

@@ -56,6 +56,10 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _too_long(value: str, limit: int) -> str:
+    return f"{_short(value)} is {len(value)} characters long: at most {limit} characters"
+
+
 def schema_findings(data: Any, source: SourceMap) -> list[Finding]:
     findings: list[Finding] = []
     for error in _validator().iter_errors(data):
@@ -93,9 +97,18 @@ def _translate(error: ValidationError, source: SourceMap) -> Iterator[Finding]:
     sch = error.schema if isinstance(error.schema, dict) else {}
     if "propertyNames" in error.schema_path and isinstance(value, str):
         # jsonschema judges the key itself and reports it at the mapping; point at the key
-        choices = [str(c) for c in _resolve(sch).get("enum", [])] if kw == "enum" else []
-        message = f"'{value}' is not one of: {', '.join(choices)}" if choices else f"'{value}' is not allowed here"
-        yield Finding(path + (value,), message, did_you_mean(value, choices), at_key=True)
+        resolved = _resolve(sch)
+        choices = [str(c) for c in resolved.get("enum", [])] if kw == "enum" else []
+        hint = did_you_mean(value, choices)
+        if choices:
+            message = f"{_short(value)} is not one of: {', '.join(choices)}"
+        elif kw == "maxLength":
+            message = _too_long(value, error.validator_value)
+        elif kw == "pattern":
+            message, hint = f"{_short(value)} is not valid here", resolved.get("x-hint")
+        else:
+            message = f"{_short(value)} is not allowed here"
+        yield Finding(path + (value,), message, hint, at_key=True)
     elif kw in ("anyOf", "oneOf"):
         subs = _branch_errors(error)
         if subs:
@@ -141,5 +154,14 @@ def _translate(error: ValidationError, source: SourceMap) -> Iterator[Finding]:
         yield Finding(path, "must not be empty")
     elif kw == "uniqueItems":
         yield Finding(path, "has duplicate entries")
+    elif kw == "maxLength" and isinstance(value, str):
+        yield Finding(path, _too_long(value, error.validator_value), sch.get("x-hint"))
+    elif kw == "minLength" and error.validator_value == 1:
+        yield Finding(path, "must not be empty")
+    elif kw == "maxItems" and isinstance(value, list):
+        yield Finding(path, f"has {len(value)} entries: at most {error.validator_value}")
+    elif kw == "maximum":
+        yield Finding(path, f"{_short(value)} is above the maximum {error.validator_value}",
+                      "no tool, tensor or engine takes a value that large")
     else:  # minimum, maximum, maxItems, exclusiveMinimum, minLength: jsonschema's sentence is already short
         yield Finding(path, error.message if len(error.message) <= 120 else f"{kw} violated")

@@ -155,7 +155,8 @@ def test_third_party_plugin_end_to_end(project: Path, plugin_version: str) -> No
     assert all(o["max_abs_error"] == 0.0 for c in cases for o in c["outputs"]), cases
     bench = json.loads((Path(by_kind["gate:benchmark"]["dir"]) / "benchmark.json").read_text())
     shape = bench["verdict"]["shapes"][0]
-    assert shape["clock"] == "perf_counter_ns" and shape["compute"]["count"] == 5, shape
+    # 5 iterations per block (the schedule splits a series in blocks: see orchestrator/gates/run.py)
+    assert shape["clock"] == "perf_counter_ns" and shape["compute"]["count"] >= 5, shape
 
     # publish: gated, into the manifest's local registry
     publish = _json(_cli("publish", manifest, "--json", *cd, cwd=project, cache=cache))
