@@ -93,7 +93,7 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
     data_digests = {}
     for man in manifests:
         for model in man.models:
-            model_digests[model.source.path] = cache.model_digest(model.source.path)
+            model_digests[model.source.path] = cache.model_digest(model.source.path, name=model.name)
             if model.calibration and model.calibration.path and os.path.exists(model.calibration.path):
                 data_digests[model.calibration.path] = cache.data_digest(model.calibration.path)
     cache.save()

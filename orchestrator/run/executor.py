@@ -6,18 +6,34 @@ leaves only a temporary directory, which the next run removes. A node is *done* 
 every file it listed is present with its recorded size, and the results of its dependencies are the ones it
 was made from (Make-like): deleting one engine redoes that build and the gates downstream of it, nothing else.
 
+Several processes may share one cache dir (two ``build`` runs, CI jobs on one volume): completing a node takes
+a lock per node; a node another process completed meanwhile from the same inputs is taken as it is (our copy is
+dropped), an outdated one is swapped out in one step. Temporary dirs belong to a run that holds a lock on its
+owner file for its whole life, so a cleaner removes only those of dead runs, even across pid namespaces.
+
 CPU-bound nodes run in worker processes (``jobs``); nodes that need a GPU run one at a time per device.
-Heavy libraries are imported only inside the workers' steps, never in this scheduling process.
+Heavy libraries are imported only inside the workers' steps, never in this scheduling process. Workers die
+with the scheduling process, however it ends (a SIGKILL included): each asks the kernel for SIGKILL when its
+parent dies (Linux ``PR_SET_PDEATHSIG``), and all of them, with whatever they start (a builder's ``trtexec``),
+sit in one process group watched by a small guard process that kills the group when its pipe from the scheduler
+closes. Where either is unavailable the other still applies; Ctrl-C kills the group the same way.
+
+Names become path parts only through :func:`safe_path_part`: past a length limit a readable prefix and a digest,
+so any valid model or target name works (file names are limited to 255 bytes).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import hashlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -25,12 +41,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from filelock import FileLock, Timeout
+
+from orchestrator.atomic import fsync_dir
 from orchestrator.core.graph import Node
 from orchestrator.errors import OrchestratorError
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
 _DIR_OF_KIND = {"prepare": "prepare", "transform": "transform", "build": "build",
                 "gate:parity": "gate-parity", "gate:benchmark": "gate-benchmark", "publish": "publish"}
+PATH_PART_MAX = 120  # bytes; file names may have 255, and a suffix or a temp prefix is added to some
+COMPLETE_LOCK_TIMEOUT_S = 600.0  # another process completing the same node holds it for a rename and an fsync
+
+
+def safe_path_part(text: str, limit: int = PATH_PART_MAX) -> str:
+    """``text`` as one file-name part: characters other than letters, digits and ``._-+@`` become ``_``; longer
+    than ``limit`` bytes, it becomes a readable prefix + ``-`` + 16 hex digits of its sha256 (stable, distinct
+    for distinct texts). Short names are unchanged, so existing caches keep their file names."""
+    safe = "".join(c if c.isalnum() or c in "._-+@" else "_" for c in text) or "_"
+    if safe.strip(".") == "":
+        safe = safe + "_"  # never "." or ".."
+    raw = safe.encode()
+    if len(raw) <= limit:
+        return safe
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    prefix = raw[:limit - len(digest) - 1].decode(errors="ignore")
+    return f"{prefix}-{digest}"
+
+
+def _key_part(key: str) -> str:
+    """A node key as its dir name: as it is where it can be one (content keys, "sha256:<hex>": existing caches
+    keep their dirs), else through :func:`safe_path_part`."""
+    if 0 < len(key.encode()) <= PATH_PART_MAX and "/" not in key and "\0" not in key and key.strip(".") != "":
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]  # always: "a/b" and "a_b" must not share a dir
+    return f"{safe_path_part(key, PATH_PART_MAX - len(digest) - 1)}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -41,7 +86,7 @@ class Workspace:
 
     def node_dir(self, node: Node, salt: str = "") -> Path:
         key = node.key if not salt else hashlib.sha256(f"{node.key}\0{salt}".encode()).hexdigest()
-        return self.root / "nodes" / _DIR_OF_KIND[node.kind] / key
+        return self.root / "nodes" / _DIR_OF_KIND[node.kind] / _key_part(key)
 
     @property
     def tmp(self) -> Path:
@@ -55,9 +100,12 @@ class Workspace:
     def caches(self) -> Path:
         return self.root / "caches"
 
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
     def log_path(self, node: Node) -> Path:
-        safe = "".join(c if c.isalnum() or c in "._-+@" else "_" for c in node.id)
-        return self.logs / f"{safe}.log"
+        return self.logs / f"{safe_path_part(node.id)}.log"
 
 
 @dataclass(frozen=True)
@@ -144,23 +192,114 @@ def read_gate_report(node_dir: str | Path, name: str) -> dict[str, Any] | None:
     return report
 
 
-def clean_stale_tmp(ws: Workspace) -> int:
-    """Remove temporary node dirs left by a killed run (their owner pid is gone)."""
+try:
+    import fcntl
+except ImportError:  # Windows: runs are told apart by pid only
+    fcntl = None  # type: ignore[assignment]
+
+
+class RunOwnership:
+    """This run's claim on its temporary dirs: ``tmp/<run id>.owner``, locked (flock) for the run's life.
+
+    Temporary dirs are named ``<run id>-...`` with ``<run id>`` = ``<pid>.<random>``. A cleaner that can lock a
+    run's owner file knows that run is dead (the kernel drops the lock with the process, SIGKILL included); one
+    that cannot leaves the run's dirs alone. That holds across pid namespaces (two containers on one cache
+    volume), where a pid says nothing. The file appears under its name already locked (locked, then renamed),
+    so no cleaner ever sees it unlocked while its run lives."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.run_id = f"{os.getpid()}.{os.urandom(6).hex()}"
+        self.path = tmp / f"{self.run_id}.owner"
+        self._fd: int | None = None
+        if fcntl is None:
+            return
+        staging = tmp / f".{self.run_id}.owner.new"
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(staging, self.path)
+        except OSError:
+            os.close(fd)
+            staging.unlink(missing_ok=True)
+            return  # no locking here (some network filesystems): the pid rule applies
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _run_alive(tmp: Path, run_id: str) -> bool:
+    """Whether the run that named a temporary dir ``<run_id>-...`` may still be writing into it."""
+    owner = tmp / f"{run_id}.owner"
+    if fcntl is not None:
+        try:
+            fd = os.open(owner, os.O_RDWR)
+        except FileNotFoundError:
+            pass  # an older layout (pid only), or a run that could not lock: fall back to its pid
+        except OSError:
+            return True  # cannot tell: keep its files
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True  # locked: its run is alive
+            else:
+                owner.unlink(missing_ok=True)  # dead: its lock went with it; the file goes now
+                return False
+            finally:
+                os.close(fd)
+    pid = run_id.split(".", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False  # ours from an earlier run in this process, or not a run's name at all
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def clean_stale_tmp(ws: Workspace, keep: str | None = None) -> int:
+    """Remove temporary node dirs left by killed runs (see :class:`RunOwnership`); ``keep``: this run's id."""
     removed = 0
     if not ws.tmp.exists():
         return 0
-    for entry in ws.tmp.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        alive = False
-        if pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
-                alive = int(pid) != os.getpid() or False
-            except OSError:
-                alive = False
-        if not alive:
-            shutil.rmtree(entry, ignore_errors=True)
+    verdicts: dict[str, bool] = {}
+    for entry in sorted(ws.tmp.iterdir()):
+        if entry.name.endswith(".owner") or entry.name.endswith(".owner.new"):
+            continue
+        run_id = entry.name.split("-", 1)[0]
+        if run_id == keep:
+            continue
+        if run_id not in verdicts:
+            verdicts[run_id] = _run_alive(ws.tmp, run_id)
+        if not verdicts[run_id]:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
             removed += 1
+    for owner in ws.tmp.glob("*.owner"):  # owner files of dead runs that left no dir behind
+        run_id = owner.name[:-len(".owner")]
+        if run_id != keep and run_id not in verdicts:
+            _run_alive(ws.tmp, run_id)
+    if fcntl is not None:
+        for staging in ws.tmp.glob(".*.owner.new"):  # a run killed while claiming its owner file
+            try:
+                fd = os.open(staging, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                staging.unlink(missing_ok=True)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
     return removed
 
 
@@ -212,8 +351,8 @@ class open_step_log:
 def _run_in_worker(step: Callable[[StepTask], StepOutcome], task: StepTask,
                    capture: bool = True) -> tuple[StepOutcome, str | None]:
     """Worker side: run the step, translating errors into an outcome (tracebacks only for bugs, into the log)."""
-    task.log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
         if capture:
             with _OutputToLog(task.log_path):
                 return step(task), None
@@ -222,8 +361,11 @@ def _run_in_worker(step: Callable[[StepTask], StepOutcome], task: StepTask,
         return StepOutcome(status="failed", reason=str(e)), None
     except Exception as e:  # a bug or a foreign error not yet mapped: keep the traceback in the node log
         tb = traceback.format_exc()
-        with open(task.log_path, "a") as log:
-            log.write(tb)
+        try:
+            with open(task.log_path, "a") as log:
+                log.write(tb)
+        except OSError:
+            pass  # the log itself cannot be written (full disk): the reason still reaches the summary
         return StepOutcome(status="failed", reason=f"{type(e).__name__}: {e}"), tb
 
 
@@ -231,8 +373,105 @@ StepFn = Callable[[StepTask], StepOutcome]
 EventFn = Callable[[str, Node, "NodeReport | None"], None]
 
 
-def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
-    """Terminate the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+# The guard: leads a new process group that the workers join, waits for its stdin (a pipe only the scheduler
+# holds) to close, then SIGKILLs the group: the workers and everything they started. Plain os/signal/sys, so it
+# starts in a few milliseconds (-I -S: no site, no environment).
+_GUARD_CODE = """\
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+os.setpgid(0, 0)
+sys.stdout.write(str(os.getpgrp()) + chr(10))
+sys.stdout.flush()
+try:
+    while sys.stdin.buffer.read(65536):
+        pass
+except BaseException:
+    pass
+os.killpg(0, signal.SIGKILL)
+"""
+
+
+class _WorkerGuard:
+    """The process group the workers join, and the guard process that kills it when the scheduler goes."""
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None
+        self._proc: subprocess.Popen | None = None
+        if not hasattr(os, "killpg") or not hasattr(os, "setpgid"):
+            return  # Windows: parent-death handling is the pool's own (workers notice a broken pipe)
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD_CODE], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+        except OSError:
+            return
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        proc.stdout.close()
+        if not line.strip().isdigit():
+            self._end(proc)
+            return
+        self._proc = proc
+        self.pgid = int(line)
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill_group(self) -> None:
+        """SIGKILL every worker and what it started, now (Ctrl-C)."""
+        if self.pgid is not None:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """After the pool shut down: the guard kills what is left of the group (nothing, normally) and exits."""
+        if self._proc is not None:
+            self._end(self._proc)
+            self._proc = None
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies. False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _worker_init(parent: int, pgid: int | None) -> None:
+    """Pool initializer, in each worker: join the guard's process group, die with the parent."""
+    if pgid is not None:
+        try:
+            os.setpgid(0, pgid)
+        except OSError:
+            pass  # the guard is gone already: the parent-death signal still applies
+    _set_parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the signal was armed: nobody will collect our results
+        os._exit(1)
+
+
+def _stop_workers(pool: cf.ProcessPoolExecutor, guard: _WorkerGuard | None = None) -> None:
+    """Kill the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
+    if guard is not None and guard.pgid is not None:
+        guard.kill_group()  # the workers and their children (a builder's tool), one signal
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
         terminate()
@@ -265,7 +504,8 @@ class Executor:
         ws = self.workspace
         for d in (ws.tmp, ws.logs, ws.caches):
             d.mkdir(parents=True, exist_ok=True)
-        clean_stale_tmp(ws)
+        owner = RunOwnership(ws.tmp)
+        clean_stale_tmp(ws, keep=owner.run_id)
         order = [n for n in order if n in selected]
         reports: dict[str, NodeReport] = {}
         results: dict[str, dict] = {}  # node id -> result (for dep fingerprints)
@@ -290,9 +530,12 @@ class Executor:
             self.on_event("finish", node, report)
 
         pool = None
+        guard = None
         if not self.in_process:
             ctx = multiprocessing.get_context("spawn")
-            pool = cf.ProcessPoolExecutor(max_workers=max(1, self.jobs), mp_context=ctx)
+            guard = _WorkerGuard()
+            pool = cf.ProcessPoolExecutor(max_workers=max(1, self.jobs), mp_context=ctx, initializer=_worker_init,
+                                          initargs=(os.getpid(), guard.pgid))
         try:
             while remaining or running:
                 progressed = False
@@ -338,7 +581,8 @@ class Executor:
                         finish(node, NodeReport(node.id, node.kind, early.status if early.status != "done"
                                                 else "skipped", reason=early.reason))
                         continue
-                    tmp = ws.tmp / f"{os.getpid()}-{_DIR_OF_KIND[node.kind]}-{node.key[:16]}-{time.monotonic_ns()}"
+                    tmp = ws.tmp / (f"{owner.run_id}-{_DIR_OF_KIND[node.kind]}-{safe_path_part(node.key[:16])}-"
+                                    f"{time.monotonic_ns()}")
                     tmp.mkdir(parents=True)
                     dep_dirs = {d: str(ws.node_dir(nodes[d], self.dir_salt(nodes[d]))) for d in node.deps
                                 if d in nodes}
@@ -359,7 +603,7 @@ class Executor:
                         node, tmp, t0, dep_prints = running.pop(fut)
                         if self.needs_gpu(node):
                             gpu_busy = False
-                        report = self._complete(node, tmp, fut, t0, dep_prints, results)
+                        report = self._complete(node, tmp, fut, t0, dep_prints, results, owner.run_id)
                         finish(node, report)
                         if report.status == "failed" and not self.keep_going:
                             stop = True
@@ -373,7 +617,7 @@ class Executor:
         except KeyboardInterrupt:
             interrupted = True
             if pool is not None:
-                _stop_workers(pool)  # before removing their temp dirs: a live worker would write into them
+                _stop_workers(pool, guard)  # before removing their temp dirs: a live worker would write into them
             for fut, (node, tmp, _t0, _deps) in running.items():
                 fut.cancel()
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -381,11 +625,14 @@ class Executor:
         finally:
             if pool is not None:
                 pool.shutdown(wait=not interrupted, cancel_futures=True)
+            if guard is not None:
+                guard.close()
+            owner.release()
         ordered = [reports[n] for n in order if n in reports]
         return RunSummary(ordered, time.monotonic() - start, interrupted)
 
     def _complete(self, node: Node, tmp: Path, fut: cf.Future, t0: float, dep_prints: dict,
-                  results: dict) -> NodeReport:
+                  results: dict, run_id: str = "") -> NodeReport:
         ws = self.workspace
         seconds = time.monotonic() - t0
         log = str(ws.log_path(node))
@@ -399,17 +646,85 @@ class Executor:
             shutil.rmtree(tmp, ignore_errors=True)
             return NodeReport(node.id, node.kind, outcome.status, seconds, outcome.reason, log=log,
                               data=outcome.data)
-        files = {rel: (tmp / rel).stat().st_size for rel in outcome.files}
-        result = {"node": node.id, "key": node.key, "files": files, "data": outcome.data,
-                  "deps": dep_prints, "log": log, "seconds": round(seconds, 3)}
-        with open(tmp / "result.json", "w") as f:
-            json.dump(result, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
         final = ws.node_dir(node, self.dir_salt(node))
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():  # an outdated or damaged result: replace it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        try:
+            files = {}
+            for rel in outcome.files:
+                try:
+                    files[rel] = (tmp / rel).stat().st_size
+                except FileNotFoundError:
+                    raise _CompletionError(f"the step reported {rel!r} but did not write it") from None
+            result = {"node": node.id, "key": node.key, "files": files, "data": outcome.data,
+                      "deps": dep_prints, "log": log, "seconds": round(seconds, 3)}
+            with open(tmp / "result.json", "w") as f:
+                json.dump(result, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            result = self._install(node, tmp, final, result, run_id)
+        except (OSError, _CompletionError, Timeout) as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
+            return NodeReport(node.id, node.kind, "failed", seconds,
+                              f"could not store the result in {final.parent}: {why}{where} (free disk space or "
+                              "fix the cache dir's permissions, then run again: finished nodes are kept)", log=log)
         results[node.id] = result
-        return NodeReport(node.id, node.kind, "done", seconds, dir=str(final), log=log, data=outcome.data)
+        return NodeReport(node.id, node.kind, "done", seconds, dir=str(final), log=str(result.get("log", log)),
+                          data=result.get("data", outcome.data))
+
+    def _install(self, node: Node, tmp: Path, final: Path, result: dict, run_id: str) -> dict:
+        """Move a finished node dir into place, safe against other processes completing the same node.
+
+        Under the node's lock: a complete result another run made from the same inputs stays (ours is dropped;
+        dependents are fingerprinted from the one on disk); anything else there (outdated, damaged, or a node
+        that always runs) is swapped out for ours, in one step where the kernel can (``RENAME_EXCHANGE``)."""
+        ws = self.workspace
+        final.parent.mkdir(parents=True, exist_ok=True)
+        ws.locks.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(ws.locks / f"{_DIR_OF_KIND[node.kind]}-{final.name}.lock"),
+                        timeout=COMPLETE_LOCK_TIMEOUT_S)
+        with lock:
+            existing = read_result(final)
+            if (existing is not None and not self.always_run(node) and existing.get("key") == node.key
+                    and existing.get("deps") == result["deps"]):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return existing
+            if not os.path.lexists(final):
+                os.rename(tmp, final)
+            elif _exchange(tmp, final):
+                shutil.rmtree(tmp, ignore_errors=True)  # now holds the replaced dir
+            else:
+                aside = ws.tmp / f"{run_id or os.getpid()}-replaced-{time.monotonic_ns()}"
+                os.rename(final, aside)
+                os.rename(tmp, final)
+                shutil.rmtree(aside, ignore_errors=True)
+            fsync_dir(final.parent)
+        return result
+
+
+class _CompletionError(Exception):
+    pass
+
+
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False  # this kernel or filesystem cannot: the caller moves the old dir aside instead
+    raise OSError(err, os.strerror(err), str(b))
