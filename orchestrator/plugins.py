@@ -110,18 +110,6 @@ def ci_emitter(name: str) -> CIEmitter:
     return plugin
 
 
-def transform_tools() -> tuple[str, ...]:
-    """Every distribution an installed transform says changes its output (a transform that fails to load is
-    reported when it runs)."""
-    tools: set[str] = set()
-    for kind in names(TRANSFORMS):
-        try:
-            tools.update(transform(kind).tools)
-        except PluginError:
-            continue
-    return tuple(sorted(tools))
-
-
 def builder_capabilities(name: str, version: str) -> BuilderCapabilities | None:
     """Capabilities of a builder version, or None when the plugin is not installed (the check reports it)."""
     if name not in _entry_points(BUILDERS):

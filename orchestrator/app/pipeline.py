@@ -131,10 +131,12 @@ def runtime_reason(cell: Cell, fingerprint: RunnerFingerprint) -> str | None:
 
 
 def _model_payload(project: Project, node: Node) -> ModelPayload:
-    precision = None
-    if node.kind == "transform":
-        precision = next(c.precision for c in project.graph.cells if c.transform_node == node.id)
-    return ModelPayload(model=project.models[str(node.model)], caches=project.workspace.caches, precision=precision)
+    if node.kind != "transform":
+        return ModelPayload(model=project.models[str(node.model)], caches=project.workspace.caches)
+    cell = next(c for c in project.graph.cells if c.transform_node == node.id)
+    tools = cell.key_inputs["transform"]["settings"].get("tools") or {}
+    return ModelPayload(model=project.models[str(node.model)], caches=project.workspace.caches,
+                        precision=cell.precision, tools=tuple(sorted(tools.items())))
 
 
 def _needs_gpu_to_build(project: Project) -> Callable[[Node], bool]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from orchestrator import plugins
@@ -18,9 +17,6 @@ from orchestrator.digests import DigestCache, hash_file
 from orchestrator.errors import UsageError
 from orchestrator.manifest import load_manifests as load_manifest_files
 from orchestrator.run.executor import Workspace
-
-# This distribution's own version changes transform output too (the plugins ship in it).
-_OWN_DISTRIBUTION = "trt-orchestrator"
 
 
 def default_workspace(cache_dir: str | os.PathLike[str] | None = None) -> Workspace:
@@ -51,18 +47,6 @@ def display_path(path: str) -> str:
     """Relative to the working directory when inside it: plans move between runners with other checkouts."""
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
-
-
-def _tool_versions() -> dict[str, str]:
-    """Versions of the code that performs transforms (this package, the libraries the installed transforms
-    name): part of transform keys."""
-    out = {}
-    for name in sorted({_OWN_DISTRIBUTION, *plugins.transform_tools()}):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def load_manifests(paths: Sequence[str | os.PathLike[str]],
@@ -99,7 +83,6 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
-                                             tool_versions=_tool_versions(),
                                              transforms=frozenset(plugins.names(plugins.TRANSFORMS))), caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
     return Project(manifests, graph, ws, digests)

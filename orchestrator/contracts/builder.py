@@ -102,7 +102,8 @@ class TransformRequest:
 @runtime_checkable
 class Transform(Protocol):
     kind: str
-    # Python distributions whose versions change the output (their versions go into transform keys).
+    # Python distributions whose versions change the output: a manifest pins them in `transforms.tools` to key on
+    # them (keys never hold the planning machine's versions).
     tools: tuple[str, ...]
 
     def settings(self, precision: PrecisionSpec) -> dict[str, Any]:

@@ -278,3 +278,6 @@ class Manifest:
     registry: RegistryConfig
     runner_pools: tuple[RunnerPool, ...]  # empty: labels are not checked
     salt: str = ""
+    # distribution -> version ("1.16" or "1.16.0") the precision transforms run with: build-key inputs, checked
+    # against what a runner has installed before it transforms
+    transform_tools: tuple[tuple[str, str], ...] = ()

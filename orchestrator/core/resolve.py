@@ -32,7 +32,9 @@ class ResolveInputs:
 
     model_digests: Mapping[str, str]  # absolute model path -> "sha256:<hex>" (covers external data)
     data_digests: Mapping[str, str] = field(default_factory=dict)  # calibration-data path -> digest
-    tool_versions: Mapping[str, str] = field(default_factory=dict)  # transform libraries' versions
+    # transform libraries' versions every manifest's keys hold (a manifest's `transforms.tools` adds to them);
+    # the app passes none: keys come from what manifests declare, not from the planning machine
+    tool_versions: Mapping[str, str] = field(default_factory=dict)
     plugin_libraries: Mapping[str, str] = field(default_factory=dict)  # TensorRT plugin .so -> digest
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
 
@@ -116,12 +118,13 @@ def _calibration_shapes(model: Model, profiles: tuple[OptimizationProfile, ...])
     return {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in model.inputs}
 
 
-def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs) -> dict[str, Any]:
+def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Manifest) -> dict[str, Any]:
     settings: dict[str, Any] = {"keep_io_types": spec.keep_io_types,
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
     if spec.name in ("int8", "fp8"):
         settings["calibration_method"] = spec.calibration_method
-    settings["tools"] = dict(sorted(inputs.tool_versions.items()))
+    # the manifest's declared tool versions, never the planning machine's: keys must not move with where `plan` runs
+    settings["tools"] = dict(sorted({**inputs.tool_versions, **dict(manifest.transform_tools)}.items()))
     return settings
 
 
@@ -222,7 +225,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                     t_inputs = {
                         "kind": kind,
                         "model": model_digest,
-                        "settings": _transform_settings(spec, inputs),
+                        "settings": _transform_settings(spec, inputs, manifest),
                         "calibration": calib,
                         "calibration_shapes": _calibration_shapes(model, profiles) if kind.endswith("qdq") else None,
                     }

@@ -5,6 +5,7 @@ it). Each writes only into ``task.out_dir``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from orchestrator import plugins
@@ -20,6 +21,7 @@ class ModelPayload:
     model: Model
     caches: Path  # the workspace's caches dir (the digest cache sits beside it)
     precision: PrecisionSpec | None = None  # transform nodes: the precision they produce
+    tools: tuple[tuple[str, str], ...] = ()  # transform nodes: the tool versions their key names
 
 
 def step_prepare(task: StepTask) -> StepOutcome:
@@ -37,11 +39,27 @@ def step_prepare(task: StepTask) -> StepOutcome:
     return StepOutcome(data={"digest": digest, "path": path})
 
 
+def _check_tools(tools: tuple[tuple[str, str], ...], node: str) -> None:
+    """The libraries installed here are the versions the transform's key names (``transforms.tools``): a
+    declared ``1.16`` takes any 1.16.x, ``1.16.0`` only itself."""
+    for dist, want in tools:
+        try:
+            have: str | None = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            have = None
+        if have is None or not (have == want or have.startswith(want + ".")):
+            raise BuildError(f"the manifest keys this transform on {dist} {want} (transforms.tools); this runner "
+                             f"has {have or 'none installed'}", node=node,
+                             hint=f"pip install '{dist}=={want}{'' if want.count('.') >= 2 else '.*'}' on this runner, "
+                                  "or change transforms.tools (the transformed engines rebuild)")
+
+
 def step_transform(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, ModelPayload) and payload.precision is not None
     model = payload.model
     kind = str(task.node.transform_kind)
+    _check_tools(payload.tools, task.node.id)
     plugin = plugins.transform(kind)
     first_profile = model.profile_names()[0] if model.profile_names() else None
     shapes = {}

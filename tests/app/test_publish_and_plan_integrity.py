@@ -89,3 +89,49 @@ def test_ungated_publish_does_not_cover_a_transform_output_that_failed_parity(tm
     assert f"the fp16 ONNX it was built from failed parity on {FP16}" in report.reason
     forced = pipeline.publish(project, the_plan, only=[rtx_fp16], force=True, in_process=True)
     assert [r.status for r in forced.reports if r.node == f"publish:{rtx_fp16}"] == ["done"]
+
+
+def test_keys_do_not_depend_on_the_tool_versions_of_the_planning_machine(tmp_path, monkeypatch):
+    """Hardening: on a bare install every fp16 cell showed `rebuild 1.16.0 -> (absent)`. Keys hold the tool
+    versions a manifest declares (`transforms.tools`), never what happens to be installed where `plan` runs."""
+    from importlib import metadata as importlib_metadata
+
+    _write_project(tmp_path)
+    keys = {c.address: c.build_key for c in _load(tmp_path).graph.cells}
+    real = importlib_metadata.version
+
+    def bare(name):
+        if name in ("onnxconverter-common", "onnxruntime", "onnx"):
+            raise importlib_metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib_metadata, "version", bare)
+    assert {c.address: c.build_key for c in _load(tmp_path).graph.cells} == keys
+
+
+def test_declared_transform_tools_key_the_cells_and_a_runner_without_them_refuses(tmp_path):
+    from importlib import metadata as importlib_metadata
+
+    from tests.app.test_pipeline import FP16, MANIFEST
+
+    _write_project(tmp_path)
+    plain = {c.address: c.build_key for c in _load(tmp_path).graph.cells}
+    installed = importlib_metadata.version("onnxconverter-common")
+    family = ".".join(installed.split(".")[:2])
+    (tmp_path / "m.yaml").write_text(MANIFEST + f'transforms: {{tools: {{onnxconverter-common: "{family}"}}}}\n')
+    project = _load(tmp_path)
+    declared = {c.address: c.build_key for c in project.graph.cells}
+    assert declared[FP16] != plain[FP16] and declared[FP32] == plain[FP32]  # only the transformed cell moves
+    changes = pipeline.plan(project).entries  # nothing published: all build; the key input names the tool
+    assert all(e.status == "build" for e in changes)
+    cell = project.graph.cell(FP16)
+    assert cell.key_inputs["transform"]["settings"]["tools"] == {"onnxconverter-common": family}
+    assert pipeline.build(project, pipeline.plan(project), only=[FP16], fingerprint=CPU_RUNNER, in_process=True).ok
+    # a version this runner does not have: the transform refuses, naming both versions
+    (tmp_path / "m.yaml").write_text(MANIFEST + 'transforms: {tools: {onnxconverter-common: "0.9"}}\n')
+    project = _load(tmp_path)
+    summary = pipeline.build(project, pipeline.plan(project), only=[FP16], fingerprint=CPU_RUNNER, in_process=True)
+    (failed,) = [r for r in summary.reports if r.status == "failed"]
+    assert failed.kind == "transform"
+    assert f"keys this transform on onnxconverter-common 0.9 (transforms.tools); this runner has {installed}" in \
+        failed.reason
