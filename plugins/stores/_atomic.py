@@ -10,26 +10,124 @@ range back from the page cache right after it was written, so hashing overlaps t
 ``hashlib`` releases the GIL for updates over 2 KiB and uses OpenSSL's SHA-NI code (~1 GB/s here), so on two
 cores the hash is nearly free instead of adding its full time to every transfer (bench/NOTES-registry.md).
 Reads and hashing go in 4 MiB chunks: engines can be gigabytes and are never loaded whole.
+
+Temp files are named ``.<name>.<pid>.<host tag>.<random>.tmp`` (``.incoming.<pid>...`` for staged copies), so a
+writer killed mid-copy leaves a file whose owner can be checked: :func:`remove_stale_temps` deletes those whose
+process is gone (same host) or, for files with no owner we can check (another host, another writer's naming),
+that have not been modified for ``max_age_s``.
+
+Failures writing the destination (ENOSPC, EDQUOT, EROFS, EACCES, ...) raise :class:`DestinationError`, which
+:func:`write_error` turns into a ``StoreError`` naming the path with a fix; the temp file is always removed.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import queue
+import re
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.atomic import fsync_dir, write_json_atomic
+from orchestrator.errors import StoreError
 
 CHUNK = 4 * 1024 * 1024  # hashing reads and in-kernel copy steps (the hasher trails the copy by one step)
 # Buffers handed to write() and the download pump's pool. 1 MiB beat 4 MiB for the pump (356 vs 266 MB/s median
 # on loopback), and 8 MiB writes from fresh buffers ran at ~215 MB/s vs ~2800 for 1 MiB (bench/NOTES-registry.md).
 WRITE_CHUNK = 1024 * 1024
 _NO_KERNEL_COPY = {"EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "ENOTSUP", "EBADF"}
+
+
+STALE_TEMP_S = 3600.0  # a temp file nobody has touched for an hour is no writer's any more
+HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_OWNED_TEMP = re.compile(r"^\..*\.(\d+)\.([0-9a-f]{8})\.[A-Za-z0-9_]+\.tmp$")
+
+
+class DestinationError(Exception):
+    """Writing ``path`` failed with ``error`` (an OSError): the destination's problem, not the source's."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        super().__init__(f"{path}: {error}")
+        self.path = Path(path)
+        self.error = error
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on that filesystem or write somewhere else",
+    errno.EDQUOT: "free space within your disk quota or write somewhere else",
+    errno.EFBIG: "the file is larger than that filesystem allows: write somewhere else",
+    errno.EROFS: "that filesystem is mounted read-only: write somewhere else",
+    errno.EACCES: "you may not write there: fix the directory's permissions or write somewhere else",
+    errno.EPERM: "you may not write there: fix the directory's permissions or write somewhere else",
+    errno.ENOTDIR: "a part of that path is a file, not a directory: choose another path",
+    errno.EISDIR: "that path is a directory: give a file name",
+    errno.ENAMETOOLONG: "the path is too long for that filesystem: choose a shorter one",
+}
+
+
+def write_error(what: str, e: DestinationError) -> StoreError:
+    """A one-line ``StoreError`` for a failed write: what, where, the system's reason and how to fix it."""
+    reason = e.error.strerror or type(e.error).__name__
+    return StoreError(f"cannot write {what} to {e.path}: {reason}",
+                      hint=_WRITE_HINTS.get(e.error.errno or 0, "check that path and the filesystem holding it"))
+
+
+def temp_prefix(name: str) -> str:
+    """The prefix of a temp file for ``name`` written by this process (see :func:`remove_stale_temps`)."""
+    return f".{name}.{os.getpid()}.{HOST_TAG}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    except OSError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale_temps(directory: Path, *, max_age_s: float = STALE_TEMP_S) -> int:
+    """Delete the temp files (``.*.tmp``) in ``directory`` that no live writer owns: those of a dead process on
+    this host, and any other not modified for ``max_age_s``. Best effort (a read-only store keeps them);
+    returns how many went."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    now = time.time()
+    removed = 0
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            owner = _OWNED_TEMP.match(name)
+            if owner and owner.group(2) == HOST_TAG:
+                stale = not _pid_alive(int(owner.group(1)))
+            else:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
+            if stale:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+    return removed
 
 
 def _load_sync_file_range():
@@ -133,19 +231,27 @@ class StagedHasher:
 
 
 class HashingWriter:
-    """A binary sink on a raw fd whose bytes are hashed (read back from the file) in a second thread."""
+    """A binary sink on a raw fd whose bytes are hashed (read back from the file) in a second thread. A failed
+    write raises :class:`DestinationError` naming ``dest``."""
 
-    def __init__(self, fd: int, hasher: StagedHasher) -> None:
+    def __init__(self, fd: int, hasher: StagedHasher, dest: Path | None = None) -> None:
         self._fd = fd
         self._hasher = hasher
         self.size = 0
+        self.dest = dest
+
+    def _write_all(self, view: memoryview) -> None:
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(self._fd, view[done:])
+        except OSError as e:
+            raise DestinationError(self.dest or Path(f"fd {self._fd}"), e) from e
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         view = memoryview(data).cast("B")
         total = len(view)
-        done = 0
-        while done < total:
-            done += os.write(self._fd, view[done:])
+        self._write_all(view)
         self._hasher.written(self.size, total)
         self.size += total
         return total
@@ -164,9 +270,11 @@ class HashingWriter:
             if not n:
                 break
             view = buf[:n]
-            done = 0
-            while done < n:
-                done += os.write(self._fd, view[done:])
+            try:
+                self._write_all(view)
+            except DestinationError:
+                free.put(buf)
+                raise
             self._hasher.written_from(self.size, view, lambda b=buf: free.put(b))
             self.size += n
         return self.size - start
@@ -182,21 +290,31 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
     On any exception (including an integrity check the caller makes before leaving the block) the temp file is
     removed and ``dest`` is left untouched. With ``overwrite=False`` an existing ``dest`` is kept (the caller
     writes content-addressed files, where an existing file already has the same name = same content).
+    A failure writing the destination (directory, temp file, data, fsync, rename) is a :class:`DestinationError`.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(dest.name), suffix=".tmp", dir=dest.parent)
+    except OSError as e:
+        raise DestinationError(dest, e) from e
     try:
         try:
             with StagedHasher(fd) as hasher:
-                yield HashingWriter(fd, hasher)
-            os.fsync(fd)
+                yield HashingWriter(fd, hasher, dest)
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise DestinationError(dest, e) from e
         finally:
             os.close(fd)
         if not overwrite and dest.exists():
             os.unlink(tmp)
             return
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError as e:
+            raise DestinationError(dest, e) from e
         fsync_dir(dest.parent)
     except BaseException:
         try:
@@ -209,6 +327,9 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
 def atomic_write_json(dest: Path, obj: object, *, indent: int | None = None) -> bytes:
     """Small metadata/index files: the core's writer (no hashing pipeline needed); returns the bytes written."""
     return write_json_atomic(dest, obj, indent=indent, sort_keys=True)
+
+
+_DEST_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def _kernel_copy(src_fd: int, dst_fd: int, hasher: StagedHasher) -> None:
@@ -225,8 +346,6 @@ def _kernel_copy(src_fd: int, dst_fd: int, hasher: StagedHasher) -> None:
         except OSError as e:
             # copy_file_range refuses some pairs (across filesystems on older kernels, special files);
             # sendfile covers those, and plain read/write whatever is left.
-            import errno
-
             if offset == 0 and errno.errorcode.get(e.errno) in _NO_KERNEL_COPY:
                 if step is not None:
                     step = None
@@ -247,31 +366,45 @@ def _kernel_copy(src_fd: int, dst_fd: int, hasher: StagedHasher) -> None:
         offset += n
 
 
-def stage_copy(src: Path, directory: Path) -> tuple[Path, str, int]:
+def stage_copy(src: Path, directory: Path, dest: Path | None = None) -> tuple[Path, str, int]:
     """Copy ``src`` into a temp file in ``directory`` in-kernel (copy_file_range, as cp does) while a second
     thread hashes *the copy* range by range, then fsync it. Returns (temp path, hex, size); the caller checks
     the digest and then :func:`commit`s or unlinks. Hashing the staged bytes is at least as strong as hashing
-    the source; overlapping it with the copy took local put from 0.5x to ~0.9x of cp+sync (NOTES-registry)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".incoming.", suffix=".tmp", dir=directory)
+    the source; overlapping it with the copy took local put from 0.5x to ~0.9x of cp+sync (NOTES-registry).
+    Failures on the destination's side raise :class:`DestinationError` naming ``dest`` (else ``directory``);
+    the temp file never outlives a failure."""
+    where = Path(dest) if dest is not None else Path(directory)
+    src_fd = os.open(src, os.O_RDONLY)  # the source first: its errors are plain OSErrors naming it
     try:
         try:
-            src_fd = os.open(src, os.O_RDONLY)
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix("incoming"), suffix=".tmp", dir=directory)
+        except OSError as e:
+            raise DestinationError(where, e) from e
+        try:
             try:
                 if hasattr(os, "posix_fadvise"):
                     os.posix_fadvise(src_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 with StagedHasher(fd) as hasher:
-                    _kernel_copy(src_fd, fd, hasher)
+                    try:
+                        _kernel_copy(src_fd, fd, hasher)
+                    except OSError as e:
+                        if e.errno in _DEST_ERRNOS:
+                            raise DestinationError(where, e) from e
+                        raise
                     hexdigest = hasher.hexdigest()
                     size = hasher.size
+                try:
+                    os.fsync(fd)
+                except OSError as e:
+                    raise DestinationError(where, e) from e
             finally:
-                os.close(src_fd)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+                os.close(fd)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    finally:
+        os.close(src_fd)
     return Path(tmp), hexdigest, size
 
 
@@ -281,5 +414,9 @@ def commit(tmp: Path, dest: Path, *, overwrite: bool = True) -> None:
     if not overwrite and dest.exists():
         os.unlink(tmp)
         return
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise DestinationError(dest, e) from e
     fsync_dir(dest.parent)

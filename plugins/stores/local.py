@@ -16,6 +16,18 @@ record and the index must not hide the artifact for good); ``rebuild_index()`` r
 Each index record holds the sha256 of its metadata file as written; reading a record checks it, so metadata
 edited after publishing (say, another engine's digest) is an ``IntegrityError``, never a wrong engine.
 
+Damage. An ``index.json`` that is not JSON or not the index's shape is rebuilt from the records (keeping the record
+digests it still holds), and written back when the store is writable (a read-only store is read through the
+repaired copy in memory). A record that is not JSON, not an object, fails the artifact-v1 schema or names another
+build key is an ``IntegrityError`` naming its file, with the fix (restore it, or remove it and publish again):
+never a traceback, never a silently missing artifact. Only ``meta/<64 hex>.json`` files are records.
+
+Temp files. A publish killed mid-copy leaves ``blobs/sha256/.incoming.<pid>.<host>.<random>.tmp``; every publish
+and read removes the temp files of dead writers on this host and any temp file untouched for
+``stale_temp_s`` (an hour) in ``blobs/sha256``, ``meta/`` and the root (``_atomic.remove_stale_temps``).
+Writing the engine on ``get`` (or a blob on ``put``) onto a full, read-only or forbidden filesystem is a
+``StoreError`` naming the destination; no partial or temp file stays behind.
+
 Immutability: an artifact (one build key) is written once and never modified or overwritten; re-publishing
 the same build key returns the stored artifact unchanged. One (address, model version) pair may hold several
 build keys over time (a newer builder patch, a changed option, a salt), each its own immutable artifact.
@@ -36,12 +48,20 @@ from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifa
 from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
 from orchestrator.metadata import index_entry, utc_now, validate_metadata
-from trt_orchestrator_plugins.stores._atomic import atomic_write_json, commit, stage_copy
+from trt_orchestrator_plugins.stores._atomic import (
+    STALE_TEMP_S,
+    DestinationError,
+    atomic_write_json,
+    commit,
+    remove_stale_temps,
+    stage_copy,
+    write_error,
+)
 
 INDEX_FORMAT = 1
 LOCK_TIMEOUT_S = 300.0
 _HEX = re.compile(r"^[0-9a-f]{64}$")
-
+_RECORD_NAME = re.compile(r"^[0-9a-f]{64}\.json$")
 
 
 def normalize_digest(digest: str) -> str:
@@ -111,11 +131,83 @@ def _add_to_index(index: dict, meta: dict, meta_digest: str | None) -> None:
     model["versions"][version]["build_keys"].append(bk)
 
 
+def _is(value: object, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+_RECORD_FIELDS = {"address": str, "model": str, "version": str, "digest": str, "seq": int, "blobs": list}
+_LATEST_FIELDS = {"address": str, "build_key": str, "key_inputs": dict, "model": str, "version": str,
+                  "digest": str, "published_at": str}
+
+
+def _index_shape_ok(data: object) -> bool:
+    """Whether parsed index.json has every field this module reads, with its type (else it is rebuilt)."""
+    if not (isinstance(data, dict) and data.get("format_version") == INDEX_FORMAT and _is(data.get("seq"), int)):
+        return False
+    artifacts, latest, models = data.get("artifacts"), data.get("latest"), data.get("models")
+    if not (isinstance(artifacts, dict) and isinstance(latest, dict) and isinstance(models, dict)):
+        return False
+    for bk, rec in artifacts.items():
+        if not (_HEX.match(bk) and isinstance(rec, dict)
+                and all(_is(rec.get(k), t) for k, t in _RECORD_FIELDS.items())
+                and (rec.get("meta_digest") is None or isinstance(rec.get("meta_digest"), str))):
+            return False
+    for e in latest.values():
+        if not (isinstance(e, dict) and all(_is(e.get(k), t) for k, t in _LATEST_FIELDS.items())):
+            return False
+    for m in models.values():
+        if not (isinstance(m, dict) and isinstance(m.get("versions"), dict)
+                and all(isinstance(v, dict) and isinstance(v.get("build_keys"), list) and _is(v.get("first_seq"), int)
+                        for v in m["versions"].values())):
+            return False
+    return True
+
+
+def _parse_index(raw: bytes | None) -> dict | None:
+    """index.json parsed and shape-checked; None when missing or damaged."""
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    return data if _index_shape_ok(data) else None
+
+
+def _salvage(raw: bytes | None) -> dict:
+    """What a damaged index still says about record digests: {"artifacts": {build key: {"meta_digest": ...}}}."""
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = None
+    artifacts = data.get("artifacts") if isinstance(data, dict) else None
+    kept = {bk: {"meta_digest": rec["meta_digest"]} for bk, rec in (artifacts or {}).items()
+            if isinstance(rec, dict) and isinstance(rec.get("meta_digest"), str)} if isinstance(artifacts, dict) else {}
+    return {"artifacts": kept}
+
+
+def _record_problem(meta: object, build_key: str, *, full: bool) -> str | None:
+    """Why parsed record JSON is not the record of ``build_key`` (``full``: check the whole schema), or None."""
+    if not isinstance(meta, dict):
+        return f"holds a JSON {type(meta).__name__}, not a record"
+    if meta.get("build_key") != build_key:
+        return f"names build key {str(meta.get('build_key'))[:64]!r}, not its own {build_key}"
+    if full:
+        try:
+            validate_metadata(meta)
+        except StoreError as e:
+            first = e.message.splitlines()
+            return "fails the artifact-v1 schema: " + (first[1].strip() if len(first) > 1 else first[0])
+    return None
+
+
 class LocalIndex:
     """IndexReader over one snapshot of index.json (bytes read once; the token is their sha256)."""
 
-    def __init__(self, raw: bytes | None) -> None:
-        self._data = json.loads(raw) if raw else _empty_index()
+    def __init__(self, raw: bytes | None, data: dict | None = None) -> None:
+        if data is None:
+            data = _parse_index(raw) if raw else None
+        self._data = data if data is not None else _empty_index()
         self._token = ("sha256:" + hashlib.sha256(raw).hexdigest()) if raw else "empty"
 
     @property
@@ -147,6 +239,7 @@ class LocalStore:
         self.meta_dir = self.root / "meta"
         self.index_path = self.root / "index.json"
         self.lock_path = self.root / ".index.lock"
+        self.stale_temp_s = STALE_TEMP_S
 
     # ---- paths -------------------------------------------------------------------------------------------
     def blob_path(self, digest: str) -> Path:
@@ -157,6 +250,17 @@ class LocalStore:
             raise StoreError(f"build key must be 64 lowercase hex digits, got {build_key!r}")
         return self.meta_dir / f"{build_key}.json"
 
+    def _sweep(self) -> None:
+        """Remove temp files killed writers left (see the module docstring). Never creates anything."""
+        for directory in (self.blobs, self.meta_dir, self.root):
+            remove_stale_temps(directory, max_age_s=self.stale_temp_s)
+
+    def _damaged(self, path: Path, problem: str) -> IntegrityError:
+        return IntegrityError(
+            f"the record {path} is damaged ({problem})",
+            hint=f"restore it from a backup, or remove {path} and publish that artifact again "
+                 "(`orchestrate publish`); the index is rebuilt from the remaining records")
+
     def _lock(self):
         from filelock import FileLock
 
@@ -166,7 +270,13 @@ class LocalStore:
     # ---- publish -----------------------------------------------------------------------------------------
     def _store_blob(self, src: Path, expected: str | None, what: str) -> tuple[str, int]:
         """Copy ``src`` into blobs/ (in-kernel copy, the copy hashed and fsync'd, renamed to its content address)."""
-        tmp, hexdigest, size = stage_copy(src, self.blobs)
+        try:
+            tmp, hexdigest, size = stage_copy(src, self.blobs)
+        except DestinationError as e:
+            raise write_error(f"a blob of {what}", e) from None
+        except OSError as e:
+            raise StoreError(f"{what}: cannot read {src}: {e.strerror or e}",
+                             hint="check that the built file still exists and is readable") from None
         digest = f"sha256:{hexdigest}"
         if expected is not None and digest != expected:
             os.unlink(tmp)
@@ -174,7 +284,10 @@ class LocalStore:
                 f"{what}: file {src} has {digest} but its metadata says {expected}",
                 hint="the engine changed after its metadata was built; rebuild the metadata from this file")
         # content-addressed: an existing blob of that name has the same bytes (verified on every read)
-        commit(tmp, self.blobs / hexdigest, overwrite=False)
+        try:
+            commit(tmp, self.blobs / hexdigest, overwrite=False)
+        except DestinationError as e:
+            raise write_error(f"a blob of {what}", e) from None
         return digest, size
 
     def put(self, files: ArtifactFiles) -> StoredArtifact:
@@ -182,6 +295,20 @@ class LocalStore:
         meta.pop("published_at", None)
         meta.pop("attachments", None)
         validate_metadata(meta)
+        try:
+            return self._put(files, meta)
+        except DestinationError as e:
+            raise write_error(f"the record or index of {meta['address']}", e) from None
+        except OSError as e:
+            if isinstance(e, TimeoutError):  # filelock's Timeout: another publisher holds the lock too long
+                raise StoreError(f"{meta['address']}: the lock {self.lock_path} was held for over "
+                                 f"{LOCK_TIMEOUT_S:g} s", hint="another publisher is stuck; retry later") from None
+            raise StoreError(f"{meta['address']}: cannot publish to {self.root}: {e.strerror or e}"
+                             + (f" ({e.filename})" if e.filename else ""),
+                             hint="check that the store directory is writable and has free space") from None
+
+    def _put(self, files: ArtifactFiles, meta: dict) -> StoredArtifact:
+        self._sweep()
         build_key = meta["build_key"]
         meta_path = self._meta_path(build_key)
         if meta_path.exists():  # idempotent fast path: no blob written for an already-published build key
@@ -210,25 +337,41 @@ class LocalStore:
         return self._stored(meta)
 
     # ---- read --------------------------------------------------------------------------------------------
-    def _read_meta(self, build_key: str, index: dict) -> dict:
-        """The record of ``build_key``, checked against the digest the index holds for it."""
+    def _load_record(self, path: Path, build_key: str, *, full: bool) -> tuple[bytes, dict | None, str | None]:
+        """(bytes, parsed record or None, what is wrong with it or None)."""
         try:
-            with open(self._meta_path(build_key), "rb") as f:
+            with open(path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
             raise ArtifactNotFoundError(f"no artifact with build key {build_key} in {self.root}") from None
-        recorded = (index["artifacts"].get(build_key) or {}).get("meta_digest")
-        if recorded is not None and _sha256(raw) != recorded:
-            raise IntegrityError(
-                f"the metadata of build key {build_key} in {self.root} changed after it was published "
-                f"(now {_sha256(raw)[:19]}, published as {recorded[:19]})",
-                hint="never edit a published record; delete it with `orchestrate retention` and republish")
+        except OSError as e:
+            raise StoreError(f"cannot read the record {path}: {e.strerror or e}",
+                             hint="check the store directory's permissions and disk") from None
         try:
-            meta: dict = json.loads(raw)
-        except ValueError as e:
-            raise IntegrityError(f"the metadata of build key {build_key} in {self.root} is not JSON: {e}",
-                                 hint="delete it with `orchestrate retention` and republish") from e
+            meta = json.loads(raw)
+        except ValueError as e:  # includes UnicodeDecodeError
+            reason = "it is empty" if not raw.strip() else f"not JSON: {str(e).splitlines()[0]}"
+            return raw, None, reason
+        return raw, meta, _record_problem(meta, build_key, full=full)
+
+    def _read_meta(self, build_key: str, index: dict) -> dict:
+        """The record of ``build_key``, checked against the digest the index holds for it."""
+        path = self._meta_path(build_key)
+        recorded = (index["artifacts"].get(build_key) or {}).get("meta_digest")
+        raw, meta, problem = self._load_record(path, build_key, full=recorded is None)
+        if recorded is not None and _sha256(raw) != recorded:
+            if problem is not None or meta is None:
+                raise self._damaged(path, problem or "unreadable")
+            raise self._changed(path, raw, recorded)
+        if problem is not None or meta is None:
+            raise self._damaged(path, problem or "unreadable")
         return meta
+
+    def _changed(self, path: Path, raw: bytes, recorded: str, problem: str | None = None) -> IntegrityError:
+        return IntegrityError(
+            f"the record {path} changed after it was published (now {_sha256(raw)[:19]}, published as "
+            f"{recorded[:19]})" + (f" and {problem}" if problem else ""),
+            hint=f"never edit a published record; restore it, or remove {path} and publish that artifact again")
 
     def _stored(self, meta: dict) -> StoredArtifact:
         return StoredArtifact(digest=meta["engine"]["digest"], metadata=meta,
@@ -239,40 +382,53 @@ class LocalStore:
             return self.index_path.read_bytes()
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            return b""  # damaged beyond use: rebuilt (and reported if it cannot be replaced)
+        except OSError as e:
+            raise StoreError(f"cannot read the index {self.index_path}: {e.strerror or e}",
+                             hint="check the store directory's permissions and disk") from None
 
     def _load_index_locked(self) -> dict:
         raw = self._read_index_bytes()
         if raw is None:
             return self._rebuild() if self.meta_dir.is_dir() else _empty_index()
-        index: dict = json.loads(raw)
+        index = _parse_index(raw)
+        if index is None:  # damaged: rebuilt from the records, keeping the record digests it still holds
+            return self._rebuild(_salvage(raw))
         if self._recorded_keys() != set(index["artifacts"]):
             index = self._rebuild(index)
         return index
 
     def _recorded_keys(self) -> set[str]:
         try:
-            return {name[:-5] for name in os.listdir(self.meta_dir) if name.endswith(".json")}
+            return {name[:-5] for name in os.listdir(self.meta_dir) if _RECORD_NAME.match(name)}
         except FileNotFoundError:
             return set()
+        except OSError as e:
+            raise StoreError(f"cannot list the records in {self.meta_dir}: {e.strerror or e}",
+                             hint="check the store directory's permissions and disk") from None
 
     def index(self) -> LocalIndex:
-        """The index as written, or repaired from the records when the two disagree (then written back)."""
+        """The index as written, or repaired from the records when the two disagree or it is damaged (then
+        written back; a store we may not write is read through the repaired copy)."""
         raw = self._read_index_bytes()
         if raw is None and not self.meta_dir.is_dir():
             return LocalIndex(None)  # no store yet: reading never creates one
+        current = _parse_index(raw)
+        if current is not None and set(current["artifacts"]) == self._recorded_keys():
+            return LocalIndex(raw, current)
         try:
-            current = json.loads(raw) if raw is not None else None
-        except ValueError:
-            current = None
-        if current is not None and set(current.get("artifacts", {})) == self._recorded_keys():
-            return LocalIndex(raw)
-        with self._lock():
-            index = self._load_index_locked() if current is not None else self._rebuild()
-            raw = atomic_write_json(self.index_path, index)
-        return LocalIndex(raw)
+            with self._lock():
+                index = self._load_index_locked()
+                raw = atomic_write_json(self.index_path, index)
+        except (OSError, DestinationError):  # read-only store, or the lock cannot be taken: repair in memory
+            index = self._rebuild(current if current is not None else _salvage(raw))
+            raw = json.dumps(index, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        return LocalIndex(raw, index)
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
         digest = normalize_digest(digest)
+        self._sweep()
         index = self.index().data
         matches = [(rec["seq"], bk) for bk, rec in index["artifacts"].items() if rec["digest"] == digest]
         if not matches:
@@ -288,7 +444,13 @@ class LocalStore:
         if not src.is_file():
             raise IntegrityError(f"{address}: engine blob {digest} is missing from {self.blobs}",
                                  hint="the store was damaged; republish this artifact")
-        tmp, hexdigest, _ = stage_copy(src, dest.parent)
+        try:
+            tmp, hexdigest, _ = stage_copy(src, dest.parent, dest)
+        except DestinationError as e:
+            raise write_error(f"the engine of {address}", e) from None
+        except OSError as e:
+            raise StoreError(f"{address}: cannot read the engine blob {src}: {e.strerror or e}",
+                             hint="the store's disk or permissions failed; check them, or republish") from None
         actual = f"sha256:{hexdigest}"
         if actual != digest:
             os.unlink(tmp)
@@ -296,10 +458,14 @@ class LocalStore:
                 f"{address}: engine {digest} failed its integrity check (stored bytes hash to {actual}); "
                 f"{dest} was not written",
                 hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
-        commit(tmp, dest)
+        try:
+            commit(tmp, dest)
+        except DestinationError as e:
+            raise write_error(f"the engine of {address}", e) from None
 
     def records(self, model: str | None = None) -> list[StoredArtifact]:
         """Newest first (publish order); only ``model``'s when given."""
+        self._sweep()
         index = self.index().data
         hits = sorted(((rec["seq"], bk) for bk, rec in index["artifacts"].items()
                        if model is None or rec["model"] == model), reverse=True)
@@ -311,16 +477,26 @@ class LocalStore:
         record edited after publishing still fails its check; records it never listed are taken as found."""
         known = (previous or {}).get("artifacts", {})
         metas = []
-        for p in self.meta_dir.glob("*.json"):
-            raw = p.read_bytes()
+        for build_key in sorted(self._recorded_keys()):
+            path = self._meta_path(build_key)
+            recorded = (known.get(build_key) or {}).get("meta_digest")
             try:
-                meta = json.loads(raw)
-            except ValueError:
-                continue  # not a record (a torn write cannot happen: records are written atomically)
-            recorded = (known.get(meta.get("build_key")) or {}).get("meta_digest")
+                raw, meta, problem = self._load_record(path, build_key, full=recorded is None)
+            except ArtifactNotFoundError:
+                continue  # removed meanwhile
+            if problem is not None or meta is None:
+                raise self._damaged(path, problem or "unreadable")
+            if recorded is not None and _sha256(raw) != recorded:
+                # edited after publishing: indexed as it is when it can be (its read then fails the digest
+                # check), refused here when it cannot
+                try:
+                    _add_to_index(_empty_index(), meta, recorded)
+                except (KeyError, TypeError, AttributeError, ValueError) as e:
+                    raise self._changed(path, raw, recorded, f"can no longer be indexed ({type(e).__name__}: "
+                                                             f"{e})") from None
             metas.append((meta, recorded or _sha256(raw)))
         index = _empty_index()
-        for meta, meta_digest in sorted(metas, key=lambda m: (m[0].get("published_at", ""), m[0]["build_key"])):
+        for meta, meta_digest in sorted(metas, key=lambda m: (str(m[0].get("published_at", "")), m[0]["build_key"])):
             _add_to_index(index, meta, meta_digest)
         return index
 
@@ -328,10 +504,7 @@ class LocalStore:
         """Recreate index.json from meta/ (the source of truth), e.g. after it was lost."""
         with self._lock():
             raw = self._read_index_bytes()
-            try:
-                previous = json.loads(raw) if raw else None
-            except ValueError:
-                previous = None
+            previous = _parse_index(raw) or _salvage(raw)
             atomic_write_json(self.index_path, self._rebuild(previous))
 
     def delete(self, digests: Iterable[str]) -> int:

@@ -3,18 +3,26 @@
 ``registry`` (module-scoped) starts ``docker-registry serve CONFIG`` on a free port with a tmp storage dir,
 polls ``GET /v2/`` until 200 within a bounded deadline, yields the running :class:`RegistryServer` and
 terminates it. ``RegistryServer.kill()`` / ``.start()`` let a test kill it mid-transfer and bring it back on
-the same port and storage. Also here: :func:`make_artifact`, real engine-like files + valid metadata for store
-tests (random bytes behind an ``ftrt``/``vtrt``-like header; the builders are tested elsewhere).
+the same port and storage; ``RegistryServer(..., users={"alice": "pw"})`` turns on distribution's htpasswd auth
+(bcrypt hashes from the libc ``crypt``). Also here: :func:`make_artifact`, real engine-like files + valid metadata
+for store tests (random bytes behind an ``ftrt``/``vtrt``-like header; the builders are tested elsewhere), and
+the hostile servers the store must survive: :class:`Blackhole` (accepts connections, never answers),
+:class:`StaticHttp` (a web server answering every request with one status), :class:`RegistryProxy` (a loopback
+proxy in front of a real registry that can refuse paths, e.g. ``/v2/_catalog`` as GHCR and Docker Hub do, and
+counts what it was asked).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
+import http.server
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,13 +40,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt hash for distribution's htpasswd file (libc crypt; skips where this Python has none)."""
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+    except (ImportError, AttributeError, OSError):
+        hashed = None
+    if not hashed or not hashed.startswith("$2"):
+        pytest.skip("no bcrypt in this Python's crypt module: cannot write an htpasswd file for the registry")
+    return hashed
+
+
 class RegistryServer:
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, users: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
         self.storage = self.workdir / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.config = self.workdir / "config.yml"
+        auth = ""
+        if users:
+            htpasswd = self.workdir / "htpasswd"
+            htpasswd.write_text("".join(f"{u}:{bcrypt_hash(p)}\n" for u, p in users.items()))
+            auth = f"auth:\n  htpasswd: {{realm: trt-orchestrator-tests, path: {htpasswd}}}\n"
+        self.users = users or {}
         self.config.write_text(
             "version: 0.1\n"
             "log: {level: warn, accesslog: {disabled: true}}\n"
@@ -49,6 +79,7 @@ class RegistryServer:
             "http:\n"
             f"  addr: 127.0.0.1:{self.port}\n"
             "  secret: trt-orchestrator-tests\n"
+            + auth
         )
         self.proc: subprocess.Popen | None = None
 
@@ -70,6 +101,9 @@ class RegistryServer:
                 with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
                     if r.status == 200:
                         return self
+            except urllib.error.HTTPError as e:
+                if e.code == 401 and self.users:  # up, and asking for credentials as configured
+                    return self
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             time.sleep(0.1)
@@ -119,6 +153,166 @@ def registry(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+# ---- hostile servers ----------------------------------------------------------------------------------------
+
+class Blackhole:
+    """A loopback TCP server that accepts every connection and never sends a byte (a hung registry)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.held.append(conn)  # read nothing, answer nothing, close nothing
+            self.accepted += 1
+
+    def __enter__(self) -> Blackhole:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _ThreadingServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Served:
+    def __init__(self, handler: type) -> None:
+        self.server = _ThreadingServer(("127.0.0.1", 0), handler)
+        self.server.owner = self  # type: ignore[attr-defined]
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class StaticHttp(_Served):
+    """An HTTP server that answers every request with ``status`` and a small HTML body (not a registry)."""
+
+    def __init__(self, status: int = 404) -> None:
+        self.status = status
+        self.requests: list[str] = []
+
+        class Handler(_Quiet):
+            def _answer(self) -> None:
+                owner = self.server.owner
+                owner.requests.append(f"{self.command} {self.path}")
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                body = f"<html><body>{owner.status}</body></html>".encode()
+                self.send_response(owner.status)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = _answer
+
+        super().__init__(Handler)
+
+
+class RegistryProxy(_Served):
+    """Forwards every request to ``upstream`` (host:port) except paths in ``refuse`` (answered 404 with the
+    distribution error body, as a registry that does not serve them) and requests whose "METHOD path" contains
+    one of ``hang`` (never answered, until the proxy stops); ``seen`` lists "METHOD path" asked."""
+
+    def __init__(self, upstream: str, refuse: tuple[str, ...] = ("/v2/_catalog",), hang: tuple[str, ...] = ()) -> None:
+        self.upstream = upstream
+        self.refuse = refuse
+        self.hang = hang
+        self.seen: list[str] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+        class Handler(_Quiet):
+            def _forward(self) -> None:
+                owner = self.server.owner
+                with owner._lock:
+                    owner.seen.append(f"{self.command} {self.path}")
+                if any(h in f"{self.command} {self.path}" for h in owner.hang):
+                    owner._stopping.wait(600)  # accepted, read nothing, answer nothing
+                    self.close_connection = True
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if self.path.split("?", 1)[0] in owner.refuse:
+                    raw = b'{"errors":[{"code":"NOT_FOUND","message":"not served here"}]}'
+                    self.send_response(404)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                    return
+                conn = http.client.HTTPConnection(owner.upstream, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = _forward
+
+        super().__init__(Handler)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        super().__exit__(*exc)
+
+    def asked(self, path: str) -> list[str]:
+        with self._lock:
+            return [s for s in self.seen if s.split(" ", 1)[1].split("?", 1)[0] == path]
 
 
 # ---- artifacts for store tests ---------------------------------------------------------------------------
