@@ -5,6 +5,7 @@ the engine runs a 64x larger batch (genuinely slower runs, timed by the runtime 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from trt_orchestrator_plugins.runtimes import onnxruntime as ort_runtime  # noqa
 
 pytestmark = pytest.mark.integration
 
+SLOW_MS = 50.0
 ADDRESS = "tiny/fp32/default@cpu+ort1.31"
 
 
@@ -54,21 +56,26 @@ registry: {{store: local, path: {root / "artifacts"}}}
 
 @pytest.fixture
 def slow_spells(monkeypatch):
-    """Blocks 2 and 4 of every benchmark run during a slow spell (a 64x batch through the same session)."""
+    """Blocks 2 and 4 of every benchmark run during a slow spell: the real session times the real engine, then
+    every sample of those blocks is SLOW_MS later (a spell a shared runner really has; made deterministic so the
+    verdict does not depend on how loaded this machine is — a 64x batch was not reliably slower under CI load)."""
     real = ort_runtime.OrtSession.benchmark
     calls = {"n": 0}
 
     def benchmark(self, inputs, **kw):
         calls["n"] += 1
+        timing = real(self, inputs, **kw)
         if calls["n"] % 5 in (2, 4):
-            inputs = {k: np.repeat(v, 64, axis=0) for k, v in inputs.items()}
-        return real(self, inputs, **kw)
+            timing = replace(timing, compute_ms=tuple(t + SLOW_MS for t in timing.compute_ms),
+                             end_to_end_ms=tuple(t + SLOW_MS for t in timing.end_to_end_ms))
+        return timing
 
     monkeypatch.setattr(ort_runtime.OrtSession, "benchmark", benchmark)
     return calls
 
 
 def _limit(model: Path) -> float:
+    """Between a calm run's p95 and a slow spell's: calm p95 + SLOW_MS / 2."""
     engine = EngineDescriptor(address=ADDRESS, precision="fp32", builder="onnxruntime", builder_version="1.31.1",
                               runtime="onnxruntime", target=EngineTarget("cpu", device="cpu"))
     session = ort_runtime.runtime.load(model, engine, RuntimeOptions())
@@ -76,12 +83,10 @@ def _limit(model: Path) -> float:
         x = np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32)
         calm = np.percentile(session.benchmark({"x": x}, warmup=3, iterations=40, time_budget_s=None)
                              .end_to_end_ms, 95)
-        slow = np.percentile(session.benchmark({"x": np.repeat(x, 64, axis=0)}, warmup=3, iterations=10,
-                                               time_budget_s=None).end_to_end_ms, 50)
     finally:
         session.close()
-    assert slow > 6 * calm, (calm, slow)
-    return float(np.sqrt(calm * slow))
+    assert calm < SLOW_MS / 4, f"a calm run's p95 ({calm:.2f} ms) is too close to the spell ({SLOW_MS} ms)"
+    return float(calm + SLOW_MS / 2)
 
 
 def test_a_noisy_benchmark_is_pending_not_cached_and_never_published(tmp_path, tiny_onnx, slow_spells):

@@ -156,7 +156,10 @@ def _sets_of(model: dict) -> set:
 def _precisions_of(model: dict, doc) -> set:
     declared = model.get("precisions", (doc.get("defaults") or {}).get("precisions") if isinstance(
         doc.get("defaults"), dict) else None)
-    return {p if isinstance(p, str) else p.get("name") for p in declared or ["fp32"] if isinstance(p, (str, dict))}
+    if not isinstance(declared, list):
+        declared = ["fp32"]
+    names = (p if isinstance(p, str) else p.get("name") for p in declared if isinstance(p, (str, dict)))
+    return {n for n in names if isinstance(n, str)}  # a mutated name may be any YAML value
 
 
 def _rule(doc, data) -> dict:
