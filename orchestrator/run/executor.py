@@ -31,8 +31,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -46,6 +44,7 @@ from filelock import FileLock, Timeout
 from orchestrator.atomic import fsync_dir
 from orchestrator.core.graph import Node
 from orchestrator.errors import OrchestratorError
+from orchestrator.run.workers import WorkerGuard, stop_workers, worker_init
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
 _DIR_OF_KIND = {"prepare": "prepare", "transform": "transform", "build": "build",
@@ -373,116 +372,6 @@ StepFn = Callable[[StepTask], StepOutcome]
 EventFn = Callable[[str, Node, "NodeReport | None"], None]
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-# The guard: leads a new process group that the workers join, waits for its stdin (a pipe only the scheduler
-# holds) to close, then SIGKILLs the group: the workers and everything they started. Plain os/signal/sys, so it
-# starts in a few milliseconds (-I -S: no site, no environment).
-_GUARD_CODE = """\
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-os.setpgid(0, 0)
-sys.stdout.write(str(os.getpgrp()) + chr(10))
-sys.stdout.flush()
-try:
-    while sys.stdin.buffer.read(65536):
-        pass
-except BaseException:
-    pass
-os.killpg(0, signal.SIGKILL)
-"""
-
-
-class _WorkerGuard:
-    """The process group the workers join, and the guard process that kills it when the scheduler goes."""
-
-    def __init__(self) -> None:
-        self.pgid: int | None = None
-        self._proc: subprocess.Popen | None = None
-        if not hasattr(os, "killpg") or not hasattr(os, "setpgid"):
-            return  # Windows: parent-death handling is the pool's own (workers notice a broken pipe)
-        try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD_CODE], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
-        except OSError:
-            return
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        proc.stdout.close()
-        if not line.strip().isdigit():
-            self._end(proc)
-            return
-        self._proc = proc
-        self.pgid = int(line)
-
-    @staticmethod
-    def _end(proc: subprocess.Popen) -> None:
-        if proc.stdin is not None:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def kill_group(self) -> None:
-        """SIGKILL every worker and what it started, now (Ctrl-C)."""
-        if self.pgid is not None:
-            try:
-                os.killpg(self.pgid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        """After the pool shut down: the guard kills what is left of the group (nothing, normally) and exits."""
-        if self._proc is not None:
-            self._end(self._proc)
-            self._proc = None
-
-
-def _set_parent_death_signal() -> bool:
-    """Ask Linux to SIGKILL this process when its parent dies. False where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _worker_init(parent: int, pgid: int | None) -> None:
-    """Pool initializer, in each worker: join the guard's process group, die with the parent."""
-    if pgid is not None:
-        try:
-            os.setpgid(0, pgid)
-        except OSError:
-            pass  # the guard is gone already: the parent-death signal still applies
-    _set_parent_death_signal()
-    if os.getppid() != parent:  # the parent died before the signal was armed: nobody will collect our results
-        os._exit(1)
-
-
-def _stop_workers(pool: cf.ProcessPoolExecutor, guard: _WorkerGuard | None = None) -> None:
-    """Kill the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
-    if guard is not None and guard.pgid is not None:
-        guard.kill_group()  # the workers and their children (a builder's tool), one signal
-    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
-    if terminate is not None:
-        terminate()
-        return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for proc in processes:
-        proc.terminate()
-    for proc in processes:
-        proc.join(timeout=5)
-
-
 @dataclass
 class Executor:
     """``steps`` maps a node kind to a top-level (picklable) step function; ``prepare_task`` gives the payload
@@ -533,8 +422,8 @@ class Executor:
         guard = None
         if not self.in_process:
             ctx = multiprocessing.get_context("spawn")
-            guard = _WorkerGuard()
-            pool = cf.ProcessPoolExecutor(max_workers=max(1, self.jobs), mp_context=ctx, initializer=_worker_init,
+            guard = WorkerGuard()
+            pool = cf.ProcessPoolExecutor(max_workers=max(1, self.jobs), mp_context=ctx, initializer=worker_init,
                                           initargs=(os.getpid(), guard.pgid))
         try:
             while remaining or running:
@@ -617,7 +506,7 @@ class Executor:
         except KeyboardInterrupt:
             interrupted = True
             if pool is not None:
-                _stop_workers(pool, guard)  # before removing their temp dirs: a live worker would write into them
+                stop_workers(pool, guard)  # before removing their temp dirs: a live worker would write into them
             for fut, (node, tmp, _t0, _deps) in running.items():
                 fut.cancel()
                 shutil.rmtree(tmp, ignore_errors=True)
