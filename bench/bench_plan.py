@@ -73,7 +73,8 @@ def make_index(graph) -> dict[str, IndexEntry]:
         slot = i % 10
         if slot < 5:  # up to date
             index[cell.address] = IndexEntry(cell.address, cell.build_key, cell.key_inputs, cell.model,
-                                             cell.model_version, "sha256:" + "e" * 64)
+                                             cell.model_version, "sha256:" + "e" * 64, gate_key=cell.gate_key,
+                                             gate_inputs=cell.gate_inputs)
         elif slot == 5:  # rebuild: published by an older TensorRT build
             old = {**cell.key_inputs, "builder": {**cell.key_inputs["builder"], "version": "10.13.2.6"}}
             index[cell.address] = IndexEntry(cell.address, "0" * 64, old, cell.model, cell.model_version,

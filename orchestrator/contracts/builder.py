@@ -14,6 +14,11 @@ A builder plugin is an object registered under the entry-point group ``trt_orche
 
 A transform plugin (group ``trt_orchestrator.transforms``) turns one ONNX model into another (fp16 conversion,
 int8 Q/DQ calibration); its output is cached under its own key and shared by every cell that needs it.
+
+Calibration caches: a Q/DQ transform, or a builder whose capabilities name a ``calibration_family``, also has
+``calibrate(CalibrateRequest) -> dict`` writing the cache to ``request.out_path``. The ``calibrate`` node runs it
+once per calibration key; transforms (``TransformRequest.calibration_cache``) and builders
+(``BuildRequest.calibration_cache``) then read the cache instead of calibrating again.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class BuildRequest:
     cache_dir: Path  # timing caches etc. live here, keyed by the builder
     calibration: DataSource | None = None
     log: Callable[[str], None] = print
+    # native int8: the calibration cache the ``calibrate`` node wrote (read it; never calibrate again)
+    calibration_cache: Path | None = None
+    # a timing cache to start from (a pinned build: the published one of this GPU and builder version)
+    timing_cache: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,10 @@ class BuildResult:
     build_seconds: float
     layer_info_path: Path | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # builder-specific facts (flags used, profile count, ...)
+    # the timing cache as the build read it and as it left it (sha256:<hex>, None: none), and its file
+    timing_cache_read: str | None = None
+    timing_cache_written: str | None = None
+    timing_cache_path: Path | None = None
 
 
 @runtime_checkable
@@ -97,6 +110,28 @@ class TransformRequest:
     input_shapes: dict[str, tuple[int, ...]]
     input_dtypes: dict[str, str]
     log: Callable[[str], None] = print
+    calibration_cache: Path | None = None  # Q/DQ: ranges the ``calibrate`` node computed (no data is read)
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    """One calibration cache: the model, the data, the shapes it runs at, the method; write ``out_path``."""
+
+    key: str
+    onnx_path: Path
+    out_path: Path
+    precision: PrecisionSpec
+    calibration: DataSource | None
+    input_shapes: dict[str, tuple[int, ...]]
+    input_dtypes: dict[str, str]
+    log: Callable[[str], None] = print
+
+
+@runtime_checkable
+class Calibrator(Protocol):
+    """A transform or builder that writes calibration caches (see the module docstring)."""
+
+    def calibrate(self, request: CalibrateRequest) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -115,4 +150,5 @@ class Transform(Protocol):
         ...
 
 __all__ = ["BuilderCapabilities", "TargetKind", "target_kind", "OptimizationProfile", "BuildRequest",
-           "BuildResult", "Builder", "TransformRequest", "Transform", "probe_target"]
+           "BuildResult", "Builder", "CalibrateRequest", "Calibrator", "TransformRequest", "Transform",
+           "probe_target"]

@@ -16,7 +16,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.core.artifact import IndexEntry
 
-__all__ = ["ArtifactFiles", "EmptyIndex", "IndexEntry", "IndexReader", "Store", "StoredArtifact"]
+__all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "EmptyIndex", "IndexEntry", "IndexReader", "Store",
+           "StoredArtifact", "CACHE_ROLES"]
+
+# Attachment roles beside "log" and "extra": caches published with the engines they built (metadata ``caches``
+# links them by digest). A record is identified by its record key (``core.keys.record_key``: build key + gate key).
+CACHE_ROLES = ("calibration-cache", "timing-cache")
 
 
 class IndexReader(Protocol):
@@ -39,6 +44,15 @@ class EmptyIndex:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file published with an engine under a role (one of ``CACHE_ROLES``) and a name unique in its record."""
+
+    path: Path
+    role: str
+    name: str
+
+
+@dataclass(frozen=True)
 class ArtifactFiles:
     """What a publisher hands to ``Store.put``: metadata already validated against the schema."""
 
@@ -46,6 +60,7 @@ class ArtifactFiles:
     metadata: dict[str, Any]
     log: Path | None = None
     extra: tuple[Path, ...] = ()  # layer info, gate verdicts as files
+    attachments: tuple[Attachment, ...] = ()  # calibration and timing caches
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,8 @@ class Store(Protocol):
     name: str
 
     def put(self, files: ArtifactFiles) -> StoredArtifact:
-        """Publish; idempotent for an already-published build key (returns the existing artifact)."""
+        """Publish; idempotent for an already-published record key (returns the existing artifact). The record
+        key is ``metadata["record_key"]``, or the build key for metadata that has none."""
         ...
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
@@ -77,4 +93,16 @@ class Store(Protocol):
 
     def delete(self, digests: Iterable[str]) -> int:
         """Only through the explicit retention command."""
+        ...
+
+
+@runtime_checkable
+class AttachmentReader(Protocol):
+    """A store that can hand back a record's attachments (the built-in ones can): how a calibration or timing
+    cache published by one runner is reused by another. A store without it still publishes them; caches are
+    then computed where they are needed."""
+
+    def get_attachment(self, record: StoredArtifact, name: str, dest: Path) -> Path:
+        """Write the attachment ``name`` of ``record`` to ``dest`` (atomically), verifying its sha256 against the
+        record; ``ArtifactNotFoundError`` when the record has no such attachment."""
         ...

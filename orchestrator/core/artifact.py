@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import Cell
+from orchestrator.core.keys import record_key
 from orchestrator.core.model import Target
 from orchestrator.errors import InvalidMetadataError
 
@@ -68,22 +69,41 @@ class EngineTarget:
     hardware_compatibility: str = "none"
     device: str = "gpu"
     version_compatible: bool = False
+    # os/arch[/variant] it was built for; None: recorded before platforms were (or the builder's engines are
+    # portable: then every platform takes them)
+    platform: str | None = None
+    platform_specific: bool = True
+    gpu_match: str = "cc"  # "sku": only the GPU model it was built on
+    # version-compatible engines built without the lean runtime need that TensorRT version's lean runtime loaded
+    # explicitly by the deployment: its version, None when it needs none
+    lean_runtime: str | None = None
 
     @classmethod
-    def of(cls, target: Target) -> EngineTarget:
+    def of(cls, target: Target, *, platform_specific: bool = True, builder_version: str | None = None) -> EngineTarget:
+        o = target.options
+        lean = (builder_version or target.builder_version) if o.version_compatible and o.exclude_lean_runtime else None
         return cls(target.name, tuple(target.compute_capabilities), target.hardware_compatibility, target.device,
-                   bool(target.options.version_compatible))
+                   bool(o.version_compatible), target.platform, platform_specific, target.gpu_match, lean)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "compute_capabilities": list(self.compute_capabilities),
-                "hardware_compatibility": self.hardware_compatibility, "device": self.device,
-                "version_compatible": self.version_compatible}
+        out: dict[str, Any] = {"name": self.name, "compute_capabilities": list(self.compute_capabilities),
+                               "hardware_compatibility": self.hardware_compatibility, "device": self.device,
+                               "version_compatible": self.version_compatible,
+                               "platform_specific": self.platform_specific, "gpu_match": self.gpu_match,
+                               "lean_runtime": self.lean_runtime}
+        if self.platform is not None:
+            out["platform"] = self.platform
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EngineTarget:
+        platform = data.get("platform")
+        lean = data.get("lean_runtime")
         return cls(str(data.get("name", "")), tuple(str(c) for c in data.get("compute_capabilities") or ()),
                    str(data.get("hardware_compatibility", "none")), str(data.get("device", "gpu")),
-                   bool(data.get("version_compatible", False)))
+                   bool(data.get("version_compatible", False)), str(platform) if platform else None,
+                   bool(data.get("platform_specific", True)), str(data.get("gpu_match") or "cc"),
+                   str(lean) if lean else None)
 
 
 @dataclass(frozen=True)
@@ -99,22 +119,29 @@ class EngineDescriptor:
     target: EngineTarget
     digest: str | None = None  # sha256:<hex> of the engine bytes, once built
     size: int | None = None
+    built_on_gpu: str | None = None  # the GPU model (SKU) of the runner that built it, when it had one
 
     @classmethod
     def for_cell(cls, cell: Cell, *, runtime: str, builder_version: str | None = None, digest: str | None = None,
-                 size: int | None = None) -> EngineDescriptor:
+                 size: int | None = None, platform_specific: bool = True,
+                 built_on_gpu: str | None = None) -> EngineDescriptor:
         t = cell.target
-        return cls(cell.address, cell.precision.name, t.builder, builder_version or t.builder_version, runtime,
-                   EngineTarget.of(t), digest, size)
+        version = builder_version or t.builder_version
+        return cls(cell.address, cell.precision.name, t.builder, version, runtime,
+                   EngineTarget.of(t, platform_specific=platform_specific, builder_version=version), digest, size,
+                   built_on_gpu)
 
     @classmethod
     def from_json(cls, meta: Mapping[str, Any], *, runtime: str | None = None) -> EngineDescriptor:
         """From artifact metadata. ``runtime`` stands in when the metadata predates the ``runtime`` field."""
         builder = meta.get("builder") or {}
         engine = meta.get("engine") or {}
+        gpus = (meta.get("runner") or {}).get("gpus") or []
+        built_on = gpus[0].get("name") if gpus and isinstance(gpus[0], Mapping) else None
         return cls(str(meta.get("address", "")), str(meta.get("precision", "")), str(builder.get("name", "")),
                    str(builder.get("version", "")), str(meta.get("runtime") or runtime or builder.get("name", "")),
-                   EngineTarget.from_json(meta.get("target") or {}), engine.get("digest"), engine.get("size"))
+                   EngineTarget.from_json(meta.get("target") or {}), engine.get("digest"), engine.get("size"),
+                   str(built_on) if built_on else None)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"address": self.address, "precision": self.precision,
@@ -136,6 +163,9 @@ class IndexEntry:
     version: str
     digest: str  # sha256:<hex> of the engine bytes
     published_at: str = ""
+    gate_key: str = ""  # "" for records published before gate keys
+    gate_inputs: dict[str, Any] = field(default_factory=dict)
+    record_key: str = ""  # the record's identity (``core.keys.record_key``); "" read as the build key
 
 
 @dataclass(frozen=True)
@@ -159,14 +189,20 @@ class GateSummary:
     parity: Mapping[str, Any] | None = None
     benchmark: Mapping[str, Any] | None = None
     ungated_publish_allowed: bool = False
+    key: str = ""  # the cell's gate key (``core.gatekeys``) the verdicts were given under
+    key_inputs: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "parity": _plain(self.parity),
             "benchmark": _plain(self.benchmark),
             "status": self.status,
             "ungated_publish_allowed": self.ungated_publish_allowed,
         }
+        if self.key:
+            out["key"] = self.key
+            out["key_inputs"] = _plain(dict(self.key_inputs or {}))
+        return out
 
 
 def _plain(value: Any) -> Any:
@@ -264,6 +300,8 @@ def build_metadata(
     calibration_digest: str | None = None,
     model_uri: str | None = None,
     builder_id: str | None = None,
+    platform_specific: bool = True,
+    caches: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The metadata dict for one engine (the one constructor; ``orchestrator.metadata.new_metadata`` fills the
     clock and invocation id and validates it against the schema).
@@ -273,9 +311,11 @@ def build_metadata(
     ``timings`` must contain ``build_seconds``.
     """
     builder_id = builder_id or f"https://trt-orchestrator.dev/builders/{target.builder}@{builder_version}"
-    target_json = EngineTarget.of(target).to_json()
+    target_json = EngineTarget.of(target, platform_specific=platform_specific,
+                                  builder_version=builder_version).to_json()
     meta = {
         "schema_version": SCHEMA_VERSION,
+        "record_key": record_key(build_key, gates.key),
         "address": address,
         "model": {"name": model_name, "version": model_version, "digest": model_digest},
         "precision": precision,
@@ -289,6 +329,7 @@ def build_metadata(
         "engine": engine.to_json(),
         "runner": runner.to_json(),
         "gates": gates.to_json(),
+        "caches": _plain(dict(caches or {})),
         "timings": {k: float(v) for k, v in timings.items()},
         "manifest": {"path": manifest_path, "git_commit": git_commit},
         "created_at": created_at,
@@ -327,4 +368,7 @@ def index_entry(meta: Mapping[str, Any]) -> IndexEntry:
         version=meta["model"]["version"],
         digest=meta["engine"]["digest"],
         published_at=meta.get("published_at", ""),
+        gate_key=str((meta.get("gates") or {}).get("key") or ""),
+        record_key=str(meta.get("record_key") or meta["build_key"]),
+        gate_inputs=dict((meta.get("gates") or {}).get("key_inputs") or {}),
     )

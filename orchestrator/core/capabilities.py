@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,6 +28,18 @@ class BuilderCapabilities:
     supports_calibrator: bool = False  # int8 entropy calibrator (TRT <= 10.x, deprecated 10.1)
     engine_suffix: str = ".plan"
     engine_media_type: str = ENGINE_MEDIA_TYPE  # how stores label the engine file (an ONNX "engine" differs)
+    # The ``BuilderOptions`` fields this builder applies (only they reach its build keys); None: all of them.
+    reads_options: frozenset[str] | None = None
+    # ``options.extra`` keys it applies -> what each does (the manifest checks refuse any other key, listing these)
+    extra_options: Mapping[str, str] = field(default_factory=dict)
+    # Engines not portable across OS / CPU architecture (TensorRT's support matrix): the target's platform is a
+    # build key input and `pull` refuses another platform's engines.
+    platform_specific: bool = True
+    # Native int8 calibration writes a cache of this format family (TensorRT's, shared by the ``tensorrt`` and
+    # ``trtexec`` builders of one version); None: no native calibration cache.
+    calibration_family: str | None = None
+    # It can build from a given timing cache and fail on a tactic the cache lacks (``timing_cache: {pin: true}``)
+    pins_timing_cache: bool = False
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform

@@ -16,8 +16,9 @@ class OptimizationProfile:
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
-NodeKind = Literal["prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish"]
-NODE_KINDS: tuple[str, ...] = ("prepare", "transform", "build", "gate:parity", "gate:benchmark", "publish")
+NodeKind = Literal["prepare", "calibrate", "transform", "build", "gate:parity", "gate:benchmark", "publish"]
+NODE_KINDS: tuple[str, ...] = ("prepare", "calibrate", "transform", "build", "gate:parity", "gate:benchmark",
+                               "publish")
 Route = Literal["none", "native", "transform"]
 
 
@@ -39,6 +40,10 @@ class Cell:
     key_inputs: dict[str, Any] = field(hash=False, compare=False)
     transform_node: str | None = None
     blocked: str | None = None  # reason, or None
+    # what its gate verdicts depend on (``core.gatekeys``): published with the record; a moved gate key re-gates
+    gate_key: str = ""
+    gate_inputs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    calibrate_node: str | None = None  # the calibration cache it is built from (int8)
 
     @property
     def build_labels(self) -> tuple[str, ...]:
@@ -54,10 +59,13 @@ class Node:
     id: str  # "build:ocr-det/fp16/default@sm89+trt10.13"
     kind: str  # one of NODE_KINDS
     deps: tuple[str, ...]
-    key: str  # build key for cell nodes; the transform's own key; the model digest for prepare
+    key: str  # build key (build); gate key (gate:*); record key (publish); the transform's or calibration's own
+    # key; the model digest (prepare)
     address: str | None = None  # cell address for build/gate/publish nodes
     model: str | None = None
     transform_kind: str | None = None  # fp16 | bf16 | int8-qdq
+    # calibrate nodes: who computes the cache ("transform:int8-qdq" with onnxruntime, "builder:tensorrt" natively)
+    calibrator: str | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,15 @@ def build_key(inputs: dict[str, Any]) -> str:
     return digest_of(inputs)
 
 
+def record_key(build_key: str, gate_key: str) -> str:
+    """A published record's identity: one engine (build key) with one set of verdicts (gate key, see
+    ``core.gatekeys``). A re-gated engine is a new record of the same build key; a record without a gate key
+    (published before gate keys existed) is identified by its build key alone."""
+    if not gate_key:
+        return build_key
+    return digest_of({"build_key": build_key, "gate_key": gate_key})
+
+
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         if not value and prefix:

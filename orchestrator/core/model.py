@@ -14,6 +14,9 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp8")
 PrecisionVia = Literal["auto", "native", "transform"]
 CalibrationMethod = Literal["entropy", "percentile", "minmax"]
 HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
+GpuMatch = Literal["sku", "cc"]
+# Where engines of a target run: ``os/arch`` with an optional variant (the L4T release on Jetson), docker-style.
+DEFAULT_PLATFORM = "linux/x86_64"
 
 
 @dataclass(frozen=True)
@@ -171,13 +174,18 @@ class BuilderOptions:
     version_compatible: bool = False
     exclude_lean_runtime: bool = False
     timing_cache: bool = True
+    # build with the published timing cache of this (GPU, builder version) and fail on a miss where the builder
+    # supports it (reproducible rebuilds); needs timing_cache
+    timing_cache_pin: bool = False
     # onnxruntime builder: graph optimization level
     ort_optimization: Literal["basic", "extended", "all"] = "all"
+    # builder-specific settings: each builder declares the keys it applies (``BuilderCapabilities.extra_options``)
     extra: dict[str, str | int | float | bool] = field(default_factory=dict)
 
-    def to_key(self) -> dict[str, Any]:
-        """Only what changes an engine goes into the build key."""
-        return {
+    def to_key(self, read: frozenset[str] | None = None) -> dict[str, Any]:
+        """What changes an engine goes into the build key: of the options the builder reads (``read``, from its
+        capabilities; None: all of them). Options a builder ignores must not rebuild its engines."""
+        every: dict[str, Any] = {
             "optimization_level": self.optimization_level,
             "tiling_level": self.tiling_level,
             "workspace_mib": self.workspace_mib,
@@ -185,8 +193,12 @@ class BuilderOptions:
             "version_compatible": self.version_compatible,
             "exclude_lean_runtime": self.exclude_lean_runtime,
             "ort_optimization": self.ort_optimization,
+            "timing_cache_pin": self.timing_cache_pin,
             "extra": dict(sorted(self.extra.items())),
         }
+        if read is None:
+            return every
+        return {k: v for k, v in every.items() if k in read}
 
 
 @dataclass(frozen=True)
@@ -204,6 +216,11 @@ class Target:
     # and the manifest loader fills it in. Empty: the builder's name.
     builder_slug: str = ""
     # Version-compatible engines may run on newer runtimes; that range is checked at pull time.
+    # Where its engines run (os/arch[/variant]); a build key input for builders whose engines are platform-specific.
+    platform: str = DEFAULT_PLATFORM
+    # How `pull` matches GPUs: "cc" (any GPU of the compute capability; the one it was built on ranks first) or
+    # "sku" (only the GPU model it was built on).
+    gpu_match: GpuMatch = "cc"
 
     @property
     def version_family(self) -> str:
@@ -231,6 +248,8 @@ def target_slug(t: Target) -> str:
         where = "-".join(cc_slug(c) for c in t.compute_capabilities) or "any"
         if t.hardware_compatibility == "same_compute_capability":
             where += "-samecc"
+    if t.platform != DEFAULT_PLATFORM:  # another platform's engines are other cells (default: the old addresses)
+        where += "-" + t.platform.replace("/", "-")
     builder = t.builder_slug or t.builder
     slug = f"{where}+{builder}{t.version_family}"
     if t.options.version_compatible:

@@ -1,7 +1,9 @@
 """BuildGraph x registry index -> Plan (pure), shards, and the plan file format.
 
 Status per cell, Terraform-like: ``+ build`` (nothing published at that address), ``~ rebuild`` (published,
-but the build key differs: the changed inputs are named), ``= up to date``, ``! blocked`` (with the reason).
+but the build key differs: the changed inputs are named), ``~ re-gate`` (the published engine is current but its
+verdicts were given under other gate settings: the changed settings are named; gate again, no rebuild),
+``= up to date``, ``! blocked`` (with the reason).
 A saved plan records the manifests' digests and the registry state it was made against, so
 ``build --plan`` can refuse a plan whose world has moved.
 """
@@ -21,8 +23,10 @@ from orchestrator.core.keys import changed_inputs
 from orchestrator.errors import PlanError
 
 PLAN_FORMAT_VERSION = 1
-Status = Literal["build", "rebuild", "up-to-date", "blocked"]
-SYMBOL = {"build": "+", "rebuild": "~", "up-to-date": "=", "blocked": "!"}
+Status = Literal["build", "rebuild", "regate", "up-to-date", "blocked"]
+SYMBOL = {"build": "+", "rebuild": "~", "regate": "~", "up-to-date": "=", "blocked": "!"}
+# what a status means for the pipeline verbs: these cells need work (build/gate/publish), in this order
+CHANGED: tuple[str, ...] = ("build", "rebuild", "regate")
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,13 @@ class PlanEntry:
     changes: tuple[str, ...] = ()
     published_digest: str | None = None
     shard: str | None = None
+    gate_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "address": self.address, "status": self.status, "symbol": SYMBOL[self.status],
-            "build_key": self.build_key, "model": self.model, "precision": self.precision,
+            "build_key": self.build_key, "gate_key": self.gate_key, "model": self.model,
+            "precision": self.precision,
             "profile_set": self.profile_set, "target": self.target, "reason": self.reason,
             "changes": list(self.changes), "published_digest": self.published_digest, "shard": self.shard,
         }
@@ -77,11 +83,12 @@ class Plan:
     @property
     def has_changes(self) -> bool:
         c = self.counts()
-        return bool(c["build"] or c["rebuild"])
+        return any(c[s] for s in CHANGED)
 
     def summary(self) -> str:
         c = self.counts()
-        return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {c['up-to-date']} up to date, "
+        regate = f"{c['regate']} to re-gate, " if c["regate"] else ""
+        return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {regate}{c['up-to-date']} up to date, "
                 f"{c['blocked']} blocked")
 
     def to_json(self) -> dict[str, Any]:
@@ -91,7 +98,8 @@ class Plan:
             "registry_state": self.registry_state,
             "manifests": dict(self.manifests),
             "models": dict(self.models),
-            "summary": {"build": c["build"], "rebuild": c["rebuild"], "up_to_date": c["up-to-date"],
+            "summary": {"build": c["build"], "rebuild": c["rebuild"], "regate": c["regate"],
+                        "up_to_date": c["up-to-date"],
                         "blocked": c["blocked"], "text": self.summary()},
             "cells": [e.to_json() for e in self.entries],
             "shards": [s.to_json() for s in self.shards],
@@ -107,14 +115,24 @@ class Plan:
 
 def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
     common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name,
-                                  model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set)
+                                  model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set,
+                                  gate_key=cell.gate_key)
     if cell.blocked:
         return PlanEntry(status="blocked", reason=cell.blocked, **common)
     if published is None:
         return PlanEntry(status="build", reason="not published", **common)
     if published.build_key == cell.build_key:
-        return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
-                         published_digest=published.digest, **common)
+        if published.gate_key == cell.gate_key:
+            return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
+                             published_digest=published.digest, **common)
+        if not published.gate_key:
+            changed: tuple[str, ...] = ("its verdicts were published without a gate key (their settings are "
+                                        "unknown)",)
+        else:
+            changed = tuple(f"gate: {line}" for line in changed_inputs(published.gate_inputs, cell.gate_inputs))
+        changed = changed or ("gate key changed",)
+        return PlanEntry(status="regate", reason=changed[0], changes=changed, published_digest=published.digest,
+                         **common)
     changes = tuple(changed_inputs(published.key_inputs, cell.key_inputs)) or ("build key changed",)
     return PlanEntry(status="rebuild", reason=changes[0], changes=changes, published_digest=published.digest,
                      **common)
@@ -172,7 +190,7 @@ def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registr
                  manifests: Mapping[str, str] | None = None, *, max_shards: int | None = None,
                  max_cells_per_shard: int = 0) -> Plan:
     entries = [_entry(cell, published.get(cell.address)) for cell in graph.cells]
-    changed = {e.address for e in entries if e.status in ("build", "rebuild")}
+    changed = {e.address for e in entries if e.status in CHANGED}
     shards = make_shards(graph.cells, only_changed=changed, max_shards=max_shards,
                          max_cells_per_shard=max_cells_per_shard)
     shard_of = {a: s.id for s in shards for a in s.addresses}
@@ -196,7 +214,7 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
                                   target=c["target"], model=c["model"], precision=c["precision"],
                                   profile_set=c["profile_set"], reason=c.get("reason", ""),
                                   changes=tuple(c.get("changes", ())), published_digest=c.get("published_digest"),
-                                  shard=c.get("shard")) for c in data["cells"])
+                                  shard=c.get("shard"), gate_key=c.get("gate_key", "")) for c in data["cells"])
         shards = tuple(Shard(id=s["id"], build_labels=tuple(s["build_labels"]), gate_labels=tuple(s["gate_labels"]),
                              targets=tuple(s["targets"]), addresses=tuple(s["addresses"])) for s in data["shards"])
         return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],

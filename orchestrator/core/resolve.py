@@ -1,8 +1,10 @@
 """Manifests -> cells -> BuildGraph. Pure: everything read from disk (model digests, tool versions) comes in
 as data, so the same inputs always give the same graph, keys and order.
 
-Nodes per cell: ``prepare`` (one per model file: verify/hash), ``transform`` (shared by every cell needing the
-same conversion of the same model), ``build``, ``gate:parity``, ``gate:benchmark``, ``publish``.
+Nodes per cell: ``prepare`` (one per model file: verify/hash), ``calibrate`` (int8: one calibration cache per
+model x data x samples x preprocess x method x calibrator, shared by every cell that needs it), ``transform``
+(shared by every cell needing the same conversion of the same model), ``build``, ``gate:parity``,
+``gate:benchmark``, ``publish``. Key inputs are listed field by field in ``core.keyspec``.
 """
 
 from __future__ import annotations
@@ -10,13 +12,22 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from graphlib import TopologicalSorter
 from typing import Any
 
 from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.gatekeys import (
+    GATE_KEY_SCHEMA_VERSION,
+    benchmark_inputs,
+    data_inputs,
+    deploy_part,
+    parity_inputs,
+    runtime_part,
+)
 from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile, Route
-from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of
-from orchestrator.core.model import Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
+from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
+from orchestrator.core.model import DataSource, Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
 from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
@@ -31,7 +42,7 @@ class ResolveInputs:
     """Everything the resolver needs that was read from disk, gathered at the edge."""
 
     model_digests: Mapping[str, str]  # absolute model path -> "sha256:<hex>" (covers external data)
-    data_digests: Mapping[str, str] = field(default_factory=dict)  # calibration-data path -> digest
+    data_digests: Mapping[str, str] = field(default_factory=dict)  # calibration/parity data path -> digest
     # transform libraries' versions every manifest's keys hold (a manifest's `transforms.tools` adds to them);
     # the app passes none: keys come from what manifests declare, not from the planning machine
     tool_versions: Mapping[str, str] = field(default_factory=dict)
@@ -111,11 +122,27 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
 
 
 def _calibration_shapes(model: Model, profiles: tuple[OptimizationProfile, ...]) -> dict[str, list[int]]:
-    """Calibration runs at the first profile's opt shapes; a static model (no profile declared) has one implicit
-    profile: its declared shapes (as the transform step reads them)."""
-    if profiles:
-        return {k: list(v[1]) for k, v in profiles[0].shapes.items()}
-    return {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in model.inputs}
+    """Calibration runs at the first profile's opt shapes; an input that profile gives no shape (every input of a
+    static model, or a static input beside dynamic ones) at its declared shape (as the transform step reads them)."""
+    first = profiles[0].shapes if profiles else {}
+    return {i.name: list(first[i.name][1]) if i.name in first else [d if isinstance(d, int) else 1 for d in i.shape]
+            for i in model.inputs}
+
+
+def _tools(inputs: ResolveInputs, manifest: Manifest) -> dict[str, str]:
+    # the manifest's declared tool versions, never the planning machine's: keys must not move with where `plan` runs
+    return dict(sorted({**inputs.tool_versions, **dict(manifest.transform_tools)}.items()))
+
+
+def calibration_inputs(model: Model, spec: PrecisionSpec, model_digest: str, profiles: tuple[OptimizationProfile, ...],
+                       data_digests: Mapping[str, str], calibrator: dict[str, Any]) -> dict[str, Any]:
+    """What a calibration cache depends on: the model, the data (by content, with samples and preprocessing), the
+    method, the shapes it runs at, and the calibrator (its family and exact version: cache formats differ)."""
+    data = model.calibration or DataSource()
+    return {"kind": "calibrate", "model": model_digest,
+            "data": data_inputs(data, data_digests.get(data.path) if data.path else None),
+            "method": spec.calibration_method, "shapes": _calibration_shapes(model, profiles),
+            "dtypes": {i.name: i.dtype for i in model.inputs}, "calibrator": calibrator}
 
 
 def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Manifest) -> dict[str, Any]:
@@ -123,8 +150,7 @@ def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Ma
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
     if spec.name in ("int8", "fp8"):
         settings["calibration_method"] = spec.calibration_method
-    # the manifest's declared tool versions, never the planning machine's: keys must not move with where `plan` runs
-    settings["tools"] = dict(sorted({**inputs.tool_versions, **dict(manifest.transform_tools)}.items()))
+    settings["tools"] = _tools(inputs, manifest)
     return settings
 
 
@@ -175,6 +201,11 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     profile_cache: dict[tuple[int, str], tuple[tuple[OptimizationProfile, ...], list[dict[str, Any]]]] = {}
     transform_cache: dict[tuple[int, PrecisionSpec, str], tuple[dict[str, Any], str]] = {}
     target_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    calib_cache: dict[tuple[int, str, str, str], tuple[dict[str, Any], str, str | None]] = {}
+    parity_cache: dict[tuple[int, str], dict[str, Any] | None] = {}
+    small_parts: dict[tuple[str, str, str | None, int], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+    bench_cache: dict[int, dict[str, Any] | None] = {}
+    runtime_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
     texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
 
@@ -183,6 +214,14 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
         if text is None:
             text = texts[id(value)] = canonical_json(value)
         return text
+
+    digests: dict[int, str] = {}
+
+    def shared_digest(value: object) -> str:
+        digest = digests.get(id(value))
+        if digest is None:
+            digest = digests[id(value)] = hashlib.sha256(shared_text(value).encode("utf-8")).hexdigest()
+        return digest
 
     for manifest in manifests:
         for model, spec, set_name, target in cells_of(manifest):
@@ -213,77 +252,129 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
                 nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
 
+            calib_id = None
+            calib_inputs = None
+            kind = _TRANSFORM_KIND.get(spec.name) if route == "transform" else None
+            if (kind in ("int8-qdq", "fp8-qdq")) or (route == "native" and spec.name in ("int8", "fp8")):
+                by: str | None
+                if kind:  # Q/DQ by the transform plugin's calibrator, whatever builder builds next: keyed by the
+                    # tool versions the manifest pins for transforms
+                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind}
+                    by = f"transform:{kind}"
+                elif spec.name == "int8" and caps is not None and caps.calibration_family:
+                    # the builder's own calibrator: its cache format is that family's, of that exact version
+                    calibrator = {"name": caps.calibration_family, "version": target.builder_version,
+                                  "for": "native"}
+                    by = f"builder:{target.builder}"
+                else:  # a builder with no calibration cache calibrates inside its build (BuildRequest.calibration):
+                    # the data still makes the engine, so it is keyed; there is no cache to share (no node)
+                    calibrator = {"name": f"builder:{target.builder}", "version": target.builder_version,
+                                  "for": "native"}
+                    by = None
+                calib_ck = (id(model), str(spec.calibration_method), set_name, canonical_json(calibrator))
+                if calib_ck not in calib_cache:
+                    c_inputs = calibration_inputs(model, spec, model_digest, profiles, inputs.data_digests,
+                                                  calibrator)
+                    calib_cache[calib_ck] = (c_inputs, digest_of(c_inputs), by)
+                calib_inputs, ckey, by = calib_cache[calib_ck]
+                if by is not None:
+                    calib_id = f"calibrate:{model.name}/{spec.calibration_method}#{ckey[:12]}"
+                    if not blocked:
+                        nodes.setdefault(calib_id, Node(calib_id, "calibrate", (prepare_id,), ckey,
+                                                        model=model.name, calibrator=by))
+
             transform_id = None
             transform_inputs = None
-            if route == "transform":
-                kind = _TRANSFORM_KIND[spec.name]
+            if kind is not None:
                 tk = (id(model), spec, set_name)
                 if tk not in transform_cache:
-                    calib = None
-                    if kind in ("int8-qdq", "fp8-qdq") and model.calibration and model.calibration.path:
-                        calib = inputs.data_digests.get(model.calibration.path)
                     t_inputs = {
                         "kind": kind,
                         "model": model_digest,
                         "settings": _transform_settings(spec, inputs, manifest),
-                        "calibration": calib,
-                        "calibration_shapes": _calibration_shapes(model, profiles) if kind.endswith("qdq") else None,
+                        # the calibration cache's key (its inputs are the cell's `calibration` key part)
+                        "calibration": digest_of(calib_inputs) if calib_inputs is not None else None,
                     }
                     transform_cache[tk] = (t_inputs, digest_of(t_inputs))
                 transform_inputs, tkey = transform_cache[tk]
                 transform_id = f"transform:{model.name}/{kind}#{tkey[:12]}"
                 if not blocked:
-                    nodes.setdefault(transform_id, Node(transform_id, "transform", (prepare_id,), tkey,
+                    deps = (prepare_id,) + ((calib_id,) if calib_id else ())
+                    nodes.setdefault(transform_id, Node(transform_id, "transform", deps, tkey,
                                                         model=model.name, transform_kind=kind))
-            native_calib = None
-            if route == "native" and spec.name == "int8" and model.calibration and model.calibration.path:
-                native_calib = inputs.data_digests.get(model.calibration.path)
 
             if id(target) not in target_cache:  # targets live in the manifests: ids are stable
-                target_cache[id(target)] = ({
+                target_part: dict[str, Any] = {
                     "compute_capabilities": sorted(target.compute_capabilities, key=_cc_tuple),
                     "hardware_compatibility": target.hardware_compatibility,
                     "device": target.device,
-                }, target.options.to_key())
+                }
+                if caps is None or caps.platform_specific:
+                    target_part["platform"] = target.platform
+                target_cache[id(target)] = (target_part, target.options.to_key(caps.reads_options if caps else None))
             target_key, options_key = target_cache[id(target)]
+            small = small_parts.get((model_digest, spec.name, route, id(target)))
+            if small is None:  # parts many cells share, kept as one object each so their JSON is made once
+                small = small_parts[(model_digest, spec.name, route, id(target))] = (
+                    {"digest": model_digest}, {"name": spec.name, "route": route},
+                    {"name": target.builder, "version": target.builder_version})
             key_inputs = {
                 "schema": KEY_SCHEMA_VERSION,
-                "model": {"digest": model_digest},
+                "model": small[0],
                 "transform": transform_inputs,
-                "native_calibration": native_calib,
-                "precision": {"name": spec.name, "route": route},
+                "calibration": calib_inputs,
+                "precision": small[1],
                 "profiles": profiles_key,
-                "builder": {"name": target.builder, "version": target.builder_version},
+                "builder": small[2],
                 "target": target_key,
                 "options": options_key,
                 "plugin_libraries": plugin_libraries,
                 "salt": manifest.salt,
             }
-            key = _build_key_from_parts(key_inputs, shared_text)
+            key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
+            # gate key parts, each cached where cells share it (their JSON is then serialized once, by id)
+            pk_gate = (id(model), spec.name)
+            if pk_gate not in parity_cache:
+                parity_path = model.gate.parity.data.path
+                parity_cache[pk_gate] = parity_inputs(
+                    model, spec, inputs.data_digests.get(parity_path) if parity_path else None
+                ) if model.gate.parity.enabled else None
+            if id(model) not in bench_cache:
+                bench_cache[id(model)] = (benchmark_inputs(model, model.gate.benchmark)
+                                          if model.gate.benchmark.enabled else None)
+            if id(target) not in runtime_cache:
+                runtime_cache[id(target)] = (runtime_part(target), deploy_part(target))
+            runtime, deploy = runtime_cache[id(target)]
+            g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
+                        "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(model)], "deploy": deploy}
+            gate_key = _digest_from_parts(g_inputs, _SHARED_GATE_PARTS, shared_text)
             cells.append(Cell(address=address, manifest=manifest.file, model=model.name,
                               model_version=model.version, model_path=model.source.path, precision=spec,
                               profile_set=set_name, profiles=profiles, target=target, route=route or "none",
                               build_key=key, key_inputs=key_inputs, transform_node=transform_id,
-                              blocked=blocked))
+                              blocked=blocked, gate_key=gate_key, gate_inputs=g_inputs, calibrate_node=calib_id))
             if blocked:
                 continue
             build_id = f"build:{address}"
-            nodes[build_id] = Node(build_id, "build", (transform_id or prepare_id,), key, address=address,
-                                   model=model.name)
+            # the calibrate node too when a transform used it: the build log and metadata name the cache
+            build_deps = (transform_id or prepare_id,) + ((calib_id,) if calib_id else ())
+            nodes[build_id] = Node(build_id, "build", build_deps, key, address=address, model=model.name)
             gate_deps = []
             if model.gate.parity.enabled:
                 pid = f"gate:parity:{address}"
-                nodes[pid] = Node(pid, "gate:parity", (build_id,), key, address=address, model=model.name)
+                nodes[pid] = Node(pid, "gate:parity", (build_id,), _gate_node_key(g_inputs, "parity", shared_digest),
+                                  address=address, model=model.name)
                 gate_deps.append(pid)
             if model.gate.benchmark.enabled:
                 bid = f"gate:benchmark:{address}"
                 # benchmark after parity: timing a numerically wrong engine is wasted runner time
-                nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,), key,
-                                  address=address, model=model.name)
+                nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,),
+                                  _gate_node_key(g_inputs, "benchmark", shared_digest), address=address,
+                                  model=model.name)
                 gate_deps.append(bid)
             pub = f"publish:{address}"
-            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), key, address=address,
-                              model=model.name)
+            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), record_key(key, gate_key),
+                              address=address, model=model.name)
 
     if problems:
         raise ManifestError(problems)
@@ -292,15 +383,38 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
 
 
 # key_inputs parts shared between cells (cached above): serialized once per resolve, not once per cell
-_SHARED_PARTS = frozenset({"transform", "profiles", "target", "options", "plugin_libraries"})
+_SHARED_PARTS = frozenset({"model", "transform", "calibration", "precision", "profiles", "builder", "target",
+                           "options", "plugin_libraries"})
+_SHARED_GATE_PARTS = frozenset({"runtime", "parity", "benchmark", "deploy"})
 
 
-def _build_key_from_parts(key_inputs: dict[str, Any], shared_text: Callable[[object], str]) -> str:
-    """``build_key(key_inputs)`` with the shared parts' JSON reused: canonical JSON of a dict is its sorted items
+def _digest_from_parts(inputs: dict[str, Any], shared: frozenset[str], shared_text: Callable[[object], str]) -> str:
+    """``digest_of(inputs)`` with the shared parts' JSON reused: canonical JSON of a dict is its sorted items
     as ``"key":value`` joined by ``,`` in braces, so splicing canonical parts gives the very same bytes."""
-    text = ",".join(f"{canonical_json(k)}:{shared_text(v) if k in _SHARED_PARTS else canonical_json(v)}"
-                    for k, v in sorted(key_inputs.items()))
+    text = ",".join(f"{_key_text(k)}:{shared_text(v) if k in shared else _value_text(v)}"
+                    for k, v in sorted(inputs.items()))
     return hashlib.sha256(("{" + text + "}").encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=256)
+def _key_text(key: str) -> str:
+    return canonical_json(key)
+
+
+def _value_text(value: object) -> str:
+    """``canonical_json(value)``, without the encoder for the values most parts are (hex keys, small ints)."""
+    if isinstance(value, str) and value.isascii() and value.isalnum():
+        return f'"{value}"'
+    if type(value) is int:
+        return str(value)
+    return canonical_json(value)
+
+
+def _gate_node_key(g_inputs: dict[str, Any], kind: str, shared_digest: Callable[[object], str]) -> str:
+    """``gatekeys.gate_node_key`` with the shared parts' digests computed once per resolve."""
+    part = {"schema": g_inputs["schema"], "build_key": g_inputs["build_key"], "kind": kind,
+            "runtime": shared_digest(g_inputs["runtime"]), "settings": shared_digest(g_inputs[kind])}
+    return _digest_from_parts(part, frozenset(), str)
 
 
 def topological_order(nodes: Mapping[str, Node]) -> tuple[str, ...]:

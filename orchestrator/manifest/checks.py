@@ -198,7 +198,29 @@ def check_target(target: Target, path: Path, capabilities: CapabilitiesFn, build
                 if kind == "compute_capability_list" else f"it can target: {can}")
         out.append(Finding(path + (key,), f"{target.builder} {target.builder_version} cannot build for "
                            f"{_KIND_WORDS.get(kind, kind)}", hint))
+    _check_options(target, path, caps, out)
     return caps
+
+
+def _check_options(target: Target, path: Path, caps: BuilderCapabilities, out: list[Finding]) -> None:
+    """Options the builder would ignore are refused, never hashed and dropped: ``extra`` keys it does not
+    apply (listing those it does), and a timing-cache pin on a builder that keeps no timing cache."""
+    known = dict(caps.extra_options)
+    for name in sorted(target.options.extra):
+        if name not in known:
+            if known:
+                listed = "; ".join(f"{k}: {v}" for k, v in sorted(known.items()))
+                hint = (did_you_mean(name, list(known)) or "") + f" {target.builder} applies: {listed}"
+            else:
+                hint = f"{target.builder} applies no extra options: remove options.extra"
+            out.append(Finding(path + ("options", "extra", name),
+                               f"{target.builder} {target.builder_version} does not apply extra option {name!r}",
+                               hint.strip()))
+    reads = caps.reads_options
+    if target.options.timing_cache_pin and reads is not None and "timing_cache_pin" not in reads:
+        out.append(Finding(path + ("options", "timing_cache"),
+                           f"{target.builder} {target.builder_version} keeps no timing cache to pin",
+                           "remove timing_cache: {pin: true} from this target"))
 
 
 # -- matrix and cells ---------------------------------------------------------------------------------------

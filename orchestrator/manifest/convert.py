@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core.model import (
+    DEFAULT_PLATFORM,
     BenchmarkGate,
     BuilderOptions,
     DataSource,
@@ -36,6 +37,7 @@ from orchestrator.core.model import (
     Target,
     Tolerance,
 )
+from orchestrator.core.platform import PlatformError, normalize_platform
 from orchestrator.manifest.positions import Finding, Path
 
 _CC = re.compile(r"^[0-9]+\.[0-9]$")
@@ -187,6 +189,12 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
     if compat != "none" and "device" in raw:
         findings.append(Finding(path + ("hardware_compatibility",), "a device target has no compatibility level"))
     version = raw["builder_version"]
+    platform = DEFAULT_PLATFORM
+    if "platform" in raw:
+        try:
+            platform = normalize_platform(str(raw["platform"]))
+        except PlatformError as e:
+            findings.append(Finding(path + ("platform",), str(e), e.hint))
     if len(findings) > before:
         return None
     runners = raw.get("runners", {"build": []})
@@ -194,11 +202,15 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         name=raw["name"], builder=raw["builder"], builder_version=version, compute_capabilities=tuple(ccs),
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
-        options=_options(raw.get("options", {})))
+        options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"))
 
 
 def _options(raw: dict) -> BuilderOptions:
     options: dict[str, Any] = {k: (dict(v) if k == "extra" else v) for k, v in raw.items()}
+    timing = options.get("timing_cache")
+    if isinstance(timing, dict):  # {pin: true}: a timing cache, pinned to the published one
+        options["timing_cache"] = True
+        options["timing_cache_pin"] = bool(timing.get("pin"))
     return BuilderOptions(**options)
 
 

@@ -181,7 +181,8 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
             if collisions:
                 findings += collisions
                 manifest = None
-    problems = tuple(_problem(f, source, redirects) for f in findings)
+    # a finding at a defaults entry is made once per target inheriting it: say it once
+    problems = tuple(dict.fromkeys(_problem(f, source, redirects) for f in findings))
     names: dict[tuple[str, str], Problem] = {}
     if isinstance(data, dict):
         for section, what in (("models", "model"), ("targets", "target")):

@@ -143,13 +143,15 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
         # fp8 has no calibrator: explicit Q/DQ only, so not native
         return BuilderCapabilities(native=frozenset({"fp16", "bf16", "int8"}), via_transform=_ALL,
                                    target_kinds=frozenset({"compute_capability", "hardware_compatible"}),
-                                   needs_gpu=True, runs_on="same CC, same TensorRT", supports_calibrator=True)
+                                   needs_gpu=True, runs_on="same CC, same TensorRT", supports_calibrator=True,
+                                   calibration_family="tensorrt")
     if builder == "tensorrt-rtx":
         return BuilderCapabilities(native=frozenset(), via_transform=_ALL,
                                    target_kinds=frozenset({"compute_capability_list"}), needs_gpu=False,
-                                   runs_on="RTX/Ampere+ GPUs of the listed CCs")
+                                   runs_on="RTX/Ampere+ GPUs of the listed CCs", platform_specific=False,
+                                   reads_options=frozenset({"optimization_level", "tiling_level", "workspace_mib"}))
     if builder == "onnxruntime":
         return BuilderCapabilities(native=frozenset(), via_transform=frozenset({"fp16", "int8"}),
                                    target_kinds=frozenset({"cpu", "cuda"}), needs_gpu=False, runs_on="anywhere",
-                                   engine_suffix=".onnx")
+                                   engine_suffix=".onnx", reads_options=frozenset({"ort_optimization"}))
     return None

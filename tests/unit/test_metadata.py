@@ -56,7 +56,8 @@ def test_build_metadata_shape():
     assert meta["schema_version"] == 1
     assert meta["model"] == {"name": "ocr-det", "version": "4.0.0", "digest": MODEL_DIGEST}
     assert meta["target"] == {"name": "ada", "compute_capabilities": ["8.9"], "hardware_compatibility": "none",
-                              "device": "gpu", "version_compatible": True}
+                              "device": "gpu", "version_compatible": True, "platform": "linux/x86_64",
+                              "platform_specific": True, "gpu_match": "cc", "lean_runtime": None}
     assert meta["builder"] == {"name": "tensorrt", "version": "10.13.3.9"}
     assert meta["engine"] == {"digest": f"sha256:{ENGINE_HEX}", "size": len(ENGINE), "filename": "ocr-det.plan",
                               "media_type": ENGINE_MEDIA_TYPE}

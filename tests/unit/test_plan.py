@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from orchestrator.contracts.store import IndexEntry
+from orchestrator.core.model import Tolerance
 from orchestrator.core.plan import make_shards, plan_against, plan_from_json
 from orchestrator.core.resolve import resolve
 from orchestrator.errors import PlanError
@@ -18,10 +21,12 @@ def _graph(*manifests, **kw):
     return resolve(list(manifests), inputs_for(*manifests, **kw), capabilities)
 
 
-def _published(cell, *, key_inputs=None, build_key=None) -> IndexEntry:
+def _published(cell, *, key_inputs=None, build_key=None, gate_key=None, gate_inputs=None) -> IndexEntry:
     return IndexEntry(address=cell.address, build_key=build_key or cell.build_key,
                       key_inputs=cell.key_inputs if key_inputs is None else key_inputs, model=cell.model,
-                      version=cell.model_version, digest=ENGINE)
+                      version=cell.model_version, digest=ENGINE,
+                      gate_key=cell.gate_key if gate_key is None else gate_key,
+                      gate_inputs=cell.gate_inputs if gate_inputs is None else gate_inputs)
 
 
 def test_nothing_published_everything_builds():
@@ -42,6 +47,37 @@ def test_up_to_date_when_the_published_key_matches():
     assert p.shards == ()
     assert not p.has_changes
     assert p.summary() == "Plan: 0 to build, 0 to rebuild, 1 up to date, 0 blocked"
+
+
+def _tightened(m):
+    """``m``'s model with its fp16 parity tolerance tightened to exact equality (what the issue tried)."""
+    (mod,) = m.models
+    parity = replace(mod.gate.parity, tolerances={"fp16": Tolerance(atol=0.0, rtol=0.0, min_cosine=1.0)})
+    return replace(m, models=(replace(mod, gate=replace(mod.gate, parity=parity)),))
+
+
+def test_a_tightened_tolerance_re_gates_without_rebuilding_and_names_the_setting():
+    m = manifest([model("ocr-det")], [target()])
+    old = _graph(m).cell(A)
+    new = _graph(_tightened(m))
+    assert new.cell(A).build_key == old.build_key and new.cell(A).gate_key != old.gate_key
+    p = plan_against(new, {A: _published(old)}, "s")
+    (e,) = p.entries
+    assert e.status == "regate" and e.published_digest == ENGINE
+    assert "gate: parity.tolerances.engine.atol: 0.01 -> 0.0" in e.changes
+    assert "gate: parity.tolerances.engine.min_cosine: 0.99 -> 1.0" in e.changes
+    assert p.summary() == "Plan: 0 to build, 0 to rebuild, 1 to re-gate, 0 up to date, 0 blocked"
+    assert p.has_changes and [s.addresses for s in p.shards] == [(A,)]  # a runner must gate it again
+    # the gate nodes' keys moved with it (a cached verdict under the old settings is never found)
+    assert new.nodes[f"gate:parity:{A}"].key != _graph(m).nodes[f"gate:parity:{A}"].key
+    assert new.nodes[f"build:{A}"].key == old.build_key
+
+
+def test_a_record_published_before_gate_keys_re_gates_saying_so():
+    g = _graph(manifest([model("ocr-det")], [target()]))
+    (e,) = plan_against(g, {A: _published(g.cell(A), gate_key="", gate_inputs={})}, "s").entries
+    assert (e.status, e.reason) == ("regate", "its verdicts were published without a gate key (their settings "
+                                              "are unknown)")
 
 
 def test_rebuild_names_the_changed_builder_version():
@@ -179,7 +215,7 @@ def test_plan_json_round_trips():
                      "state-7", {"/repo/manifests/vision.yaml": "ab" * 32})
     data = p.to_json()
     assert data["format_version"] == 1
-    assert data["summary"] == {"build": 1, "rebuild": 0, "up_to_date": 1, "blocked": 2,
+    assert data["summary"] == {"build": 1, "rebuild": 0, "regate": 0, "up_to_date": 1, "blocked": 2,
                                "text": "Plan: 1 to build, 0 to rebuild, 1 up to date, 2 blocked"}
     assert data["cells"][0]["symbol"] == "="
     assert plan_from_json(data) == p

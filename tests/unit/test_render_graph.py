@@ -36,11 +36,12 @@ def _nasty_graph() -> BuildGraph:
     return BuildGraph(cells=(), nodes=nodes, order=topological_order(nodes))
 
 
-_NODE_LINE = re.compile(r'^  (n\d+)(\(\[|\[/|\{\{|\[\[|\[)"([^"\n<>`]*)"(\]\)|/\]|\}\}|\]\]|\])$')
+_NODE_LINE = re.compile(r'^  (n\d+)(\(\[|\[\(|\[/|\{\{|\[\[|\[)"([^"\n<>`]*)"(\]\)|\)\]|/\]|\}\}|\]\]|\])$')
 _EDGE_LINE = re.compile(r"^  (n\d+) --> (n\d+)$")
 _CLASSDEF_LINE = re.compile(r"^  classDef ([A-Za-z_]\w*) [a-z-]+:#[0-9a-f]{6}(,[a-z-]+:#[0-9a-f]{6})*$")
 _CLASS_LINE = re.compile(r"^  class (n\d+(?:,n\d+)*) ([A-Za-z_]\w*)$")
-_SHAPE = {"prepare": ("([", "])"), "transform": ("[/", "/]"), "build": ("[", "]"), "gate:parity": ("{{", "}}"),
+_SHAPE = {"prepare": ("([", "])"), "calibrate": ("[(", ")]"),
+          "transform": ("[/", "/]"), "build": ("[", "]"), "gate:parity": ("{{", "}}"),
           "gate:benchmark": ("{{", "}}"), "publish": ("[[", "]]")}
 
 

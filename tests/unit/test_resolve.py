@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.core.gatekeys import gate_node_key
+from orchestrator.core.keys import digest_of, record_key
 from orchestrator.core.model import MatrixRule, RunnerPool
 from orchestrator.core.resolve import ResolveInputs, resolve, topological_order
 from orchestrator.errors import ManifestError
@@ -47,7 +49,12 @@ def test_single_cell_exact_address_nodes_and_deps():
     assert g.order == ("prepare:ocr-det@1.0.0", f"build:{a}", f"gate:parity:{a}", f"gate:benchmark:{a}",
                        f"publish:{a}")
     assert g.nodes["prepare:ocr-det@1.0.0"].key == path_digest("/models/ocr-det.onnx")
-    assert {n.key for n in g.nodes_of(a)} == {cell.build_key}
+    assert g.nodes[f"build:{a}"].key == cell.build_key
+    # each gate node has its own key (build key + that gate's settings); the publish node the record's key
+    parity, bench = g.nodes[f"gate:parity:{a}"].key, g.nodes[f"gate:benchmark:{a}"].key
+    assert len({cell.build_key, parity, bench, cell.gate_key}) == 4
+    assert cell.gate_inputs["build_key"] == cell.build_key
+    assert g.nodes[f"publish:{a}"].key == record_key(cell.build_key, cell.gate_key)
     assert g.nodes[f"build:{a}"].address == a
 
 
@@ -112,15 +119,40 @@ def test_native_and_transform_routes_and_via():
     int8 = g.cell("m/int8/default@sm89+trt10.13")
     assert int8.route == "transform"
     assert int8.transform_node.startswith("transform:m/int8-qdq#")
-    assert int8.key_inputs["transform"]["calibration"] == "sha256:" + "c" * 64
-    assert int8.key_inputs["transform"]["calibration_shapes"] == {"x": [1, 3, 640, 640]}
-    assert int8.key_inputs["native_calibration"] is None
+    calib = int8.key_inputs["calibration"]
+    assert calib["data"] == {"digest": "sha256:" + "c" * 64, "random": False, "samples": 8, "seed": None,
+                             "preprocess": None}
+    assert calib["shapes"] == {"x": [1, 3, 640, 640]} and calib["method"] == "entropy"
+    assert calib["calibrator"] == {"name": "transform:int8-qdq", "tools": {"onnxconverter-common": "1.14.0"},
+                                   "for": "int8-qdq"}
+    # the transform is keyed by the calibration cache it quantizes from; the calibrate node comes first
+    node = g.nodes[int8.calibrate_node]
+    assert int8.key_inputs["transform"]["calibration"] == node.key == digest_of(calib)
+    assert (node.kind, node.calibrator, node.deps) == ("calibrate", "transform:int8-qdq", ("prepare:m@1.0.0",))
+    assert g.nodes[int8.transform_node].deps == ("prepare:m@1.0.0", int8.calibrate_node)
+    assert g.cell("m/fp16/default@sm89+trt10.13").key_inputs["calibration"] is None
 
 
 def test_native_int8_keys_the_calibration_data():
     g = _resolve(manifest([model("m", precs=("int8",), calibration="/data/calib")], [target()]))
     cell = g.cell("m/int8/default@sm89+trt10.13")
-    assert (cell.route, cell.key_inputs["native_calibration"]) == ("native", "sha256:" + "c" * 64)
+    assert cell.route == "native" and cell.key_inputs["calibration"]["data"]["digest"] == "sha256:" + "c" * 64
+    # the builder family's own cache format, of that exact version
+    assert cell.key_inputs["calibration"]["calibrator"] == {"name": "tensorrt", "version": "10.13.3.9",
+                                                            "for": "native"}
+    assert g.nodes[f"build:{cell.address}"].deps == ("prepare:m@1.0.0", cell.calibrate_node)
+    assert g.nodes[cell.calibrate_node].calibrator == "builder:tensorrt"
+
+
+def test_one_calibration_cache_for_every_int8_target_of_a_builder_version():
+    targets = [target("l4", ccs=("8.9",)), target("a10", ccs=("8.6",)), target("old", ccs=("8.6",),
+                                                                               version="10.8.0.43")]
+    g = _resolve(manifest([model("m", precs=("int8",), calibration="/data/calib")], targets))
+    by_version: dict[str, set[str]] = {}
+    for c in g.cells:
+        by_version.setdefault(c.target.builder_version, set()).add(c.calibrate_node)
+    assert {v: len(n) for v, n in by_version.items()} == {"10.13.3.9": 1, "10.8.0.43": 1}
+    assert by_version["10.13.3.9"] != by_version["10.8.0.43"]
 
 
 def test_profile_sets_each_give_a_cell_with_their_profiles():
@@ -285,16 +317,17 @@ def test_key_inputs_exact_for_a_native_fp16_cell():
         "schema": 1,
         "model": {"digest": path_digest("/models/ocr-det.onnx")},
         "transform": None,
-        "native_calibration": None,
+        "calibration": None,
         "precision": {"name": "fp16", "route": "native"},
         "profiles": [{"name": "default",
                       "shapes": {"x": {"min": [1, 3, 320, 320], "opt": [1, 3, 640, 640],
                                        "max": [4, 3, 1280, 1280]}}}],
         "builder": {"name": "tensorrt", "version": "10.13.3.9"},
-        "target": {"compute_capabilities": ["8.9"], "hardware_compatibility": "none", "device": "gpu"},
+        "target": {"compute_capabilities": ["8.9"], "hardware_compatibility": "none", "device": "gpu",
+                   "platform": "linux/x86_64"},
         "options": {"optimization_level": None, "tiling_level": None, "workspace_mib": None,
                     "strongly_typed": None, "version_compatible": False, "exclude_lean_runtime": False,
-                    "ort_optimization": "all", "extra": {}},
+                    "ort_optimization": "all", "timing_cache_pin": False, "extra": {}},
         "plugin_libraries": {"/opt/p.so": "sha256:" + "9" * 64},
         "salt": "s1",
     }
@@ -368,3 +401,15 @@ def test_a_precision_whose_transform_is_not_installed_is_blocked():
     (cell,) = g.cells
     assert cell.blocked == "fp8 needs the 'fp8-qdq' transform, which no installed plugin provides"
     assert not [n for n in g.nodes if n.endswith(cell.address)]
+
+
+def test_spliced_keys_equal_their_plain_definitions():
+    """resolve() builds keys from cached JSON parts for speed; they are the documented digests, byte for byte."""
+    m = manifest([model("m", precs=(*precisions("fp16"), *precisions("int8", via="transform")),
+                        calibration="/data/calib")], [target(), rtx_target(), ort_target()])
+    g = _resolve(m)
+    for cell in g.cells:
+        assert cell.build_key == digest_of(cell.key_inputs)
+        assert cell.gate_key == digest_of(cell.gate_inputs)
+        for kind in ("parity", "benchmark"):
+            assert g.nodes[f"gate:{kind}:{cell.address}"].key == gate_node_key(cell.gate_inputs, kind)

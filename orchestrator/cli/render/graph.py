@@ -23,6 +23,7 @@ JSON_FORMAT_VERSION = 1
 # Mermaid flowchart shape per node kind: (open, close) around the quoted label.
 _MERMAID_SHAPE = {
     "prepare": ("([", "])"),          # stadium
+    "calibrate": ("[(", ")]"),        # cylinder (a cache)
     "transform": ("[/", "/]"),        # parallelogram
     "build": ("[", "]"),              # rectangle
     "gate:parity": ("{{", "}}"),      # hexagon
@@ -31,6 +32,7 @@ _MERMAID_SHAPE = {
 }
 _MERMAID_STYLE = {
     "prepare": "fill:#eeeeee,stroke:#777777",
+    "calibrate": "fill:#e0f7f7,stroke:#1b8a8a",
     "transform": "fill:#e8f0ff,stroke:#3b6fd6",
     "build": "fill:#fff4d6,stroke:#c98a00",
     "gate:parity": "fill:#e6f7ea,stroke:#2e8b57",
@@ -39,6 +41,7 @@ _MERMAID_STYLE = {
 }
 _DOT_SHAPE = {
     "prepare": "cylinder",
+    "calibrate": "folder",
     "transform": "parallelogram",
     "build": "box",
     "gate:parity": "hexagon",
@@ -129,7 +132,8 @@ def graph_to_json(graph: BuildGraph) -> dict:
     return {
         "format_version": JSON_FORMAT_VERSION,
         "nodes": [{"id": n.id, "kind": n.kind, "deps": list(n.deps), "key": n.key, "address": n.address,
-                   "model": n.model, "transform_kind": n.transform_kind} for n in _ordered(graph)],
+                   "model": n.model, "transform_kind": n.transform_kind, "calibrator": n.calibrator}
+                  for n in _ordered(graph)],
         "cells": [c.address for c in graph.cells],
     }
 
@@ -140,5 +144,6 @@ def nodes_from_json(data: dict) -> dict[str, Node]:
         got = data.get("format_version") if isinstance(data, dict) else None
         raise UsageError(f"unsupported graph format_version {got!r} (this orchestrate reads {JSON_FORMAT_VERSION})")
     return {n["id"]: Node(id=n["id"], kind=n["kind"], deps=tuple(n["deps"]), key=n["key"],
-                          address=n.get("address"), model=n.get("model"), transform_kind=n.get("transform_kind"))
+                          address=n.get("address"), model=n.get("model"), transform_kind=n.get("transform_kind"),
+                          calibrator=n.get("calibrator"))
             for n in data["nodes"]}

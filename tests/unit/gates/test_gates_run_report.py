@@ -85,7 +85,8 @@ def test_benchmark_thresholds_on_the_end_to_end_series():
     assert slow.shape("opt").regression_pct == pytest.approx(50.0)
     assert slow.reasons == ("opt: p50 3.000 ms is 50.0% slower than the baseline 2.000 ms (allowed 20%)",)
     none = run_benchmark(Affine(), feeds, BenchmarkGate(max_regression_pct=20))
-    assert none.passed and none.notes == ("no baseline engine published for this address; regression not checked",)
+    assert none.passed and none.notes == (
+        "no baseline engine published for this address on this GPU model; regression not checked",)
 
 
 def test_report_json_and_summary_table():

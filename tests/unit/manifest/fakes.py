@@ -28,12 +28,13 @@ def capabilities(name: str, version: str) -> BuilderCapabilities | None:
         return BuilderCapabilities(
             native=frozenset({"fp16", "bf16", "int8", "fp8"}), via_transform=_QDQ,
             target_kinds=frozenset({"compute_capability", "hardware_compatible"}), needs_gpu=True,
-            runs_on="the same compute capability and TensorRT version", supports_calibrator=True)
+            runs_on="the same compute capability and TensorRT version", supports_calibrator=True,
+            extra_options={"max_aux_streams": "config.max_aux_streams"}, calibration_family="tensorrt")
     if name == "onnxruntime":
         return BuilderCapabilities(
             native=frozenset(), via_transform=frozenset({"fp16", "int8"}),
             target_kinds=frozenset({"cpu", "cuda"}), needs_gpu=False, runs_on="anywhere (CPU EP)",
-            engine_suffix=".onnx")
+            engine_suffix=".onnx", reads_options=frozenset({"ort_optimization"}))
     return None
 
 

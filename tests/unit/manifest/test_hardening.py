@@ -66,7 +66,8 @@ def test_int8_on_a_static_model_plans_with_its_single_derived_profile(load, prec
     cell = next(c for c in graph.cells if c.precision.name == "int8")
     assert cell.route == route and not cell.blocked
     if route == "transform":  # calibration runs at the static shape: the model's one (implicit) profile
-        assert cell.key_inputs["transform"]["calibration_shapes"] == {"x": [1, 2]}
+        assert cell.key_inputs["calibration"]["shapes"] == {"x": [1, 2]}
+        assert cell.calibrate_node in graph.nodes
     assert {e.status for e in the_plan.entries} == {"build"}
 
 

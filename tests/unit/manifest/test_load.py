@@ -23,7 +23,7 @@ project: vision
 salt: "2"
 defaults:
   precisions: [fp32, {name: fp16, via: transform, keep_io_types: false, op_block_list: [Softmax]}]
-  builder_options: {optimization_level: 3, extra: {max_aux_streams: 2}}
+  builder_options: {optimization_level: 3}
   gate:
     parity: {data: {samples: 4}}
     benchmark: {warmup: 5, iterations: 30}
@@ -61,7 +61,7 @@ targets:
     builder: tensorrt
     builder_version: "10.13.3.9"
     compute_capability: "8.6"
-    options: {workspace_mib: 2048}
+    options: {workspace_mib: 2048, extra: {max_aux_streams: 2}}   # extra: only on a builder that applies it
   - name: any-ampere
     builder: tensorrt
     builder_version: "10.13.3.9"

@@ -1,0 +1,125 @@
+"""Gate keys (pure): what a gate verdict depends on, so a changed setting re-gates and nothing stale is served.
+
+A gate node's key is sha256 over its build key, the gate's settings after resolution (tolerances as the default,
+model and output layers resolve them; data, samples, seed and shapes; warm-up, iterations, blocks and
+thresholds; the baseline rule) and the runtime the cell declares. What only the gate runner knows (the runtime
+and reference versions installed, the GPU model a benchmark ran on, the baseline record) is checked when a
+cached verdict would be reused (``orchestrator.app.gating``): a verdict from another runtime version or GPU model
+is never reused. A cell's gate key covers its gates and its deployment policy (``gpu_match``): the published
+record holds it, and ``plan`` shows ``~ re-gate`` when it moved while the build key did not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.core.keys import digest_of
+from orchestrator.core.model import BenchmarkGate, DataSource, Model, PrecisionSpec, Target
+from orchestrator.core.tolerances import resolve_tolerance
+
+GATE_KEY_SCHEMA_VERSION = 1
+
+# Benchmark noise defaults, for a manifest's `gate.benchmark` without `blocks`, `block_gap_s` or `max_spread_pct`
+# (docs/gates.md, "Benchmark noise").
+DEFAULT_BLOCKS = 5
+DEFAULT_BLOCK_GAP_S = 0.2
+# Past this spread of the blocks' p50 (relative range, %) a verdict the blocks disagree on is "noisy". The
+# harness's run-to-run spread on a quiet lent H200 was 0.2-0.94 % (bench/NOTES-gpu.md): 10 % is 10x that, and
+# well under the 76 % swing seen between two runs.
+DEFAULT_MAX_SPREAD_PCT = 10.0
+MIN_BLOCK_ITERATIONS = 5  # a block's p50/p95 need a few samples
+
+
+@dataclass(frozen=True)
+class BlockSchedule:
+    """How a benchmark series is split in time: ``blocks`` blocks, ``gap_s`` seconds between rounds."""
+
+    blocks: int = DEFAULT_BLOCKS
+    gap_s: float = DEFAULT_BLOCK_GAP_S
+    max_spread_pct: float = DEFAULT_MAX_SPREAD_PCT
+
+    @classmethod
+    def of(cls, settings: BenchmarkGate) -> BlockSchedule:
+        """The manifest's values where it has them (see the module constants), else the defaults."""
+        blocks, gap, spread = settings.blocks, settings.block_gap_s, settings.max_spread_pct
+        return cls(blocks=DEFAULT_BLOCKS if blocks is None else max(1, int(blocks)),
+                   gap_s=DEFAULT_BLOCK_GAP_S if gap is None else max(0.0, float(gap)),
+                   max_spread_pct=DEFAULT_MAX_SPREAD_PCT if spread is None else float(spread))
+
+    def iterations_per_block(self, iterations: int) -> int:
+        """``iterations`` is the series' total; split over the blocks, at least MIN_BLOCK_ITERATIONS each."""
+        if self.blocks <= 1:
+            return max(1, iterations)
+        return max(MIN_BLOCK_ITERATIONS, math.ceil(max(1, iterations) / self.blocks))
+
+    def budget_per_block(self, time_budget_s: float | None) -> float | None:
+        return None if time_budget_s is None else time_budget_s / max(1, self.blocks)
+
+
+
+
+def data_inputs(data: DataSource, digest: str | None) -> dict[str, Any]:
+    """A data source as key inputs: a folder/file by its content digest (never its path), random data by seed."""
+    return {"digest": digest if data.path else None, "random": data.path is None, "samples": data.samples,
+            "seed": data.seed if data.path is None else None,
+            "preprocess": asdict(data.preprocess) if data.preprocess is not None and data.path else None}
+
+
+def _model_inputs(model: Model) -> dict[str, Any]:
+    """What of the model declaration shapes gate data: declared shapes/dtypes and dim constraints."""
+    return {"inputs": {i.name: {"shape": list(i.shape), "dtype": i.dtype} for i in model.inputs},
+            "constraints": {c.dim: {"multiple_of": c.multiple_of, "min": c.min, "max": c.max}
+                            for c in model.constraints}}
+
+
+def parity_inputs(model: Model, spec: PrecisionSpec, data_digest: str | None) -> dict[str, Any]:
+    parity = model.gate.parity
+    outputs = sorted(set(parity.per_output) | set(model.classifier_outputs))
+    tolerances = {"engine": resolve_tolerance(parity, spec.name, "").to_json(),
+                  "engine_tf32": resolve_tolerance(parity, spec.name, "", tf32=True).to_json(),
+                  "per_output": {o: resolve_tolerance(parity, spec.name, o).to_json() for o in outputs}}
+    return {"data": data_inputs(parity.data, data_digest), "tolerances": tolerances,
+            "classifier_outputs": dict(sorted(model.classifier_outputs.items())), "model": _model_inputs(model)}
+
+
+def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:
+    schedule = BlockSchedule.of(settings)
+    return {"warmup": settings.warmup, "iterations": settings.iterations, "time_budget_s": settings.time_budget_s,
+            "shapes": list(settings.shapes), "blocks": schedule.blocks, "block_gap_s": schedule.gap_s,
+            "max_spread_pct": schedule.max_spread_pct, "max_p95_ms": settings.max_p95_ms,
+            "min_throughput": settings.min_throughput, "max_regression_pct": settings.max_regression_pct,
+            "baseline": ("the last published verdict at this address on the same GPU model"
+                         if settings.max_regression_pct is not None else None),
+            "model": _model_inputs(model)}
+
+
+def runtime_part(target: Target) -> dict[str, Any]:
+    return {"builder": target.builder, "version": target.builder_version}
+
+
+def deploy_part(target: Target) -> dict[str, Any]:
+    return {"gpu_match": target.gpu_match}
+
+
+def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Target,
+                parity_data_digest: str | None) -> dict[str, Any]:
+    """A cell's gate key inputs: the build key, each enabled gate's resolved settings (None: disabled), the runtime
+    the cell declares, and the deployment policy its record carries."""
+    gate = model.gate
+    return {
+        "schema": GATE_KEY_SCHEMA_VERSION,
+        "build_key": build_key,
+        "runtime": runtime_part(target),
+        "parity": parity_inputs(model, spec, parity_data_digest) if gate.parity.enabled else None,
+        "benchmark": benchmark_inputs(model, gate.benchmark) if gate.benchmark.enabled else None,
+        "deploy": deploy_part(target),
+    }
+
+
+def gate_node_key(inputs: dict[str, Any], kind: str) -> str:
+    """The key of one gate node (``parity`` / ``benchmark``) of a cell whose gate inputs are ``inputs``: its build
+    key, kind, and the digests of the runtime and that gate's settings."""
+    return digest_of({"schema": inputs["schema"], "build_key": inputs["build_key"], "kind": kind,
+                      "runtime": digest_of(inputs["runtime"]), "settings": digest_of(inputs[kind])})
