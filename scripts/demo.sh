@@ -18,4 +18,5 @@ orchestrate pull orientation --precision fp32 --registry artifacts -o .orchestra
 orchestrate pull ocr-det --precision fp16 --registry artifacts --gpu sm90 --runtime rtx1.7 \
   || echo "(expected: TensorRT-RTX engines cannot run on a CC 9.0 GPU; every candidate is listed above)"
 orchestrate report "$M" -o .orchestrate/report.html
+orchestrate explain "orientation/fp16/default@cpu+ort1.31" "$M"   # what its build and gate keys are made of
 orchestrate plan "$M"

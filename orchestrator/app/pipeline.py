@@ -17,15 +17,15 @@ from typing import Any
 
 from orchestrator import plugins
 from orchestrator.app.project import Project, display_path
-from orchestrator.contracts.store import IndexReader
+from orchestrator.contracts.store import AttachmentReader, IndexReader, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import BuildGraph, Cell, Node
-from orchestrator.core.plan import Plan, model_digests, plan_against
-from orchestrator.errors import PlanError, PluginError, RunnerMismatchError, UsageError
+from orchestrator.core.plan import CHANGED, Plan, model_digests, plan_against
+from orchestrator.errors import OrchestratorError, PlanError, PluginError, RunnerMismatchError, UsageError
 from orchestrator.run.build import BuildPayload, step_build
 from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome, read_gate_report, read_result
-from orchestrator.run.prepare import ModelPayload, step_prepare, step_transform
+from orchestrator.run.prepare import CalibratePayload, ModelPayload, step_calibrate, step_prepare, step_transform
 from orchestrator.run.publish import PublishPayload, step_publish
 
 Prepared = tuple[object, StepOutcome | None]
@@ -65,7 +65,7 @@ def check_plan_current(project: Project, saved: Plan, index: IndexReader | None 
 
 
 def cells_in_scope(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
-                   statuses: tuple[str, ...] = ("build", "rebuild")) -> list[Cell]:
+                   statuses: tuple[str, ...] = CHANGED) -> list[Cell]:
     wanted = {e.address for e in the_plan.entries if e.status in statuses}
     if shard:
         wanted &= set(the_plan.shard(shard).addresses)
@@ -95,10 +95,20 @@ def closure(graph: BuildGraph, roots: Iterable[str]) -> set[str]:
     return seen
 
 
+def _regate_builds(project: Project, the_plan: Plan, cells: Iterable[Cell]) -> dict[str, Node]:
+    """Build nodes of re-gate cells (the published engine is current): fetched from the store, so they need none
+    of the model, calibration or transform nodes a build would."""
+    regate = {e.address for e in the_plan.entries if e.status == "regate" and e.published_digest}
+    return {f"build:{c.address}": replace(project.graph.nodes[f"build:{c.address}"], deps=())
+            for c in cells if c.address in regate and f"build:{c.address}" in project.graph.nodes}
+
+
 def build_scope(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = ()) -> set[str]:
     """The nodes ``build`` would consider (for progress totals)."""
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
-    return closure(project.graph, [f"build:{c.address}" for c in cells])
+    fetched = _regate_builds(project, the_plan, cells)
+    return closure(project.graph, [f"build:{c.address}" for c in cells if f"build:{c.address}" not in fetched]) \
+        | set(fetched)
 
 
 def runtime_of(cell: Cell) -> str:
@@ -139,6 +149,66 @@ def _model_payload(project: Project, node: Node) -> ModelPayload:
                         precision=cell.precision, tools=tuple(sorted(tools.items())))
 
 
+def _published_with(project: Project, model: str, found: Callable[[dict[str, Any]], str | None]
+                    ) -> tuple[StoredArtifact, str] | None:
+    """The newest published record of ``model`` for which ``found(metadata)`` names an attachment, with that name
+    (None when there is none, or the store cannot be read: the cache is then computed here)."""
+    try:
+        for record in plugins.open_store(project.registry).records(model):
+            name = found(record.metadata)
+            if name:
+                return record, name
+    except OrchestratorError:
+        return None
+    return None
+
+
+def _calibrate_payload(project: Project, node: Node) -> CalibratePayload:
+    cell = next(c for c in project.graph.cells if c.calibrate_node == node.id)
+    inputs = cell.key_inputs["calibration"]
+    tools = (inputs.get("calibrator") or {}).get("tools") or {}
+
+    def same_key(meta: dict[str, Any]) -> str | None:
+        calib = (meta.get("caches") or {}).get("calibration") or {}
+        return str(calib["name"]) if calib.get("key") == node.key and calib.get("name") else None
+
+    published = _published_with(project, cell.model, same_key)
+    return CalibratePayload(model=project.models[cell.model], precision=cell.precision,
+                            shapes=tuple((k, tuple(v)) for k, v in sorted(inputs["shapes"].items())),
+                            tools=tuple(sorted(tools.items())), registry=project.registry,
+                            published=published[0] if published else None,
+                            attachment=published[1] if published else None)
+
+
+def _pinned_timing_cache(project: Project, cell: Cell, runner: RunnerFingerprint) -> tuple[Path | None, str | None]:
+    """A pinned target's published timing cache for this runner's GPU and the target's builder version, fetched
+    into the workspace (None: none published yet — this build makes the first)."""
+    gpu = runner.gpus[0] if runner.gpus else None
+    prefix = f"sm{(gpu.compute_capability if gpu else 'none').replace('.', '')}/{gpu.name if gpu else 'no GPU'}/" \
+             f"{cell.target.builder} {cell.target.builder_version}"
+
+    def same_scope(meta: dict[str, Any]) -> str | None:
+        timing = (meta.get("caches") or {}).get("timing") or {}
+        scope = str(timing.get("scope") or "")
+        if timing.get("name") and (scope == prefix or scope.startswith(prefix + ".")):
+            return str(timing["name"])
+        return None
+
+    found = _published_with(project, cell.model, same_scope)
+    if found is None:
+        return None, None
+    record, name = found
+    store = plugins.open_store(project.registry)
+    if not isinstance(store, AttachmentReader):
+        return None, None
+    if Path(name).name != name or name in (".", ".."):  # registry data: never a path
+        raise UsageError(f"the published timing cache of {record.metadata.get('address')} is named {name!r}, "
+                         "which is not a file name", hint="republish that engine with this orchestrate")
+    dest = project.workspace.caches / "pinned-timing" / name
+    store.get_attachment(record, name, dest)
+    return dest, f"{name} published with {record.metadata.get('address')}"
+
+
 def _needs_gpu_to_build(project: Project) -> Callable[[Node], bool]:
     def needs(node: Node) -> bool:
         if node.kind != "build":
@@ -158,23 +228,37 @@ def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: I
     """Build the engines the plan calls for; a node this runner cannot build is skipped with its reason."""
     selected = build_scope(project, the_plan, shard=shard, only=only)
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
+    regate = {e.address: e for e in the_plan.entries if e.status == "regate"}
 
     def prepare_task(node: Node) -> Prepared:
+        if node.kind == "calibrate":
+            return _calibrate_payload(project, node), None
         if node.kind != "build":
             return _model_payload(project, node), None
         cell = project.graph.cell(str(node.address))
+        entry = regate.get(cell.address)
+        if entry is not None and entry.published_digest:
+            # re-gate: the published engine is the one to judge again (same build key); never a rebuild
+            return BuildPayload(cell=cell, model=project.models[cell.model], fingerprint=runner,
+                                caches=project.workspace.caches, registry=project.registry,
+                                published_digest=entry.published_digest), None
         reason = builder_reason(cell, runner)
         if reason:
             return None, StepOutcome(status="skipped", reason=reason)
+        timing, source = (None, None)
+        if cell.target.options.timing_cache_pin:
+            timing, source = _pinned_timing_cache(project, cell, runner)
         return BuildPayload(cell=cell, model=project.models[cell.model], fingerprint=runner,
-                            caches=project.workspace.caches), None
+                            caches=project.workspace.caches, timing_cache=timing, timing_cache_source=source), None
 
+    nodes = {**project.graph.nodes, **_regate_builds(project, the_plan, project.graph.cells)}
     executor = Executor(
         workspace=project.workspace,
-        steps={"prepare": step_prepare, "transform": step_transform, "build": step_build},
+        steps={"prepare": step_prepare, "calibrate": step_calibrate, "transform": step_transform,
+               "build": step_build},
         prepare_task=prepare_task, jobs=jobs or max(1, os.cpu_count() or 1), keep_going=keep_going,
         needs_gpu=_needs_gpu_to_build(project), on_event=on_event or no_events, in_process=in_process)
-    return executor.run(project.graph.nodes, project.graph.order, selected)
+    return executor.run(nodes, project.graph.order, selected)
 
 
 def verify_shard_runner(project: Project, the_plan: Plan, shard_id: str, fingerprint: RunnerFingerprint, *,
@@ -237,10 +321,13 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
             gnode = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
             dirs.append(str(project.workspace.node_dir(gnode)) if gnode else None)
         builder = plugins.builder(cell.target.builder)
+        caps = builder.capabilities(cell.target.builder_version)
         payloads[pub] = PublishPayload(
             cell=cell, model=project.models[cell.model], registry=project.registry,
             manifest_file=display_path(cell.manifest), runtime=builder.runtime,
-            media_type=builder.capabilities(cell.target.builder_version).engine_media_type,
+            media_type=caps.engine_media_type, platform_specific=caps.platform_specific,
+            calibration_dir=(str(project.workspace.node_dir(project.graph.nodes[cell.calibrate_node]))
+                             if cell.calibrate_node in project.graph.nodes else None),
             gate_dirs=(dirs[0], dirs[1]), force=force,
             failed_input=failed_inputs.get(cell.transform_node) if cell.transform_node else None)
 

@@ -78,8 +78,10 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
     for man in manifests:
         for model in man.models:
             model_digests[model.source.path] = cache.model_digest(model.source.path, name=model.name)
-            if model.calibration and model.calibration.path and os.path.exists(model.calibration.path):
-                data_digests[model.calibration.path] = cache.data_digest(model.calibration.path)
+            # calibration data reaches build keys, parity data gate keys: both by content, never by path
+            for data in (model.calibration, model.gate.parity.data):
+                if data and data.path and data.path not in data_digests and os.path.exists(data.path):
+                    data_digests[data.path] = cache.data_digest(data.path)
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,

@@ -21,6 +21,7 @@ COMMANDS = {
     "validate": "orchestrator.cli.plan_cmds:validate",
     "plan": "orchestrator.cli.plan_cmds:plan",
     "graph": "orchestrator.cli.plan_cmds:graph",
+    "explain": "orchestrator.cli.plan_cmds:explain",
     "schema": "orchestrator.cli.plan_cmds:schema",
     "build": "orchestrator.cli.build_cmds:build",
     "gate": "orchestrator.cli.gate_cmds:gate",

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 import click
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from orchestrator.app import pipeline
+from orchestrator.app.explain import explain as explain_cell
 from orchestrator.app.pipeline import LocalOutcome
 from orchestrator.app.project import load_manifests, load_project
 from orchestrator.atomic import write_json_atomic
@@ -22,7 +24,8 @@ from orchestrator.core.plan import SYMBOL, Plan, PlanEntry, plan_from_json
 from orchestrator.errors import ExitCode, PlanError
 from orchestrator.manifest import schema as manifest_schema
 
-_STYLE = {"build": "green", "rebuild": "yellow", "up-to-date": "dim", "blocked": "red"}
+_STYLE = {"build": "green", "rebuild": "yellow", "regate": "cyan", "up-to-date": "dim", "blocked": "red"}
+_LABEL = {"regate": "re-gate"}  # how a status reads in tables (JSON keeps the status names)
 # Everything in a plan row that came from a manifest, a registry or a log is data, never markup: rich cells are
 # Text (no [markup], no :emoji:), control characters are written as escapes (a newline cannot start a forged
 # row), and markdown escapes its punctuation and HTML.
@@ -60,7 +63,8 @@ def read_plan_file(path: str) -> Plan:
 
 
 def _why(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> str:
-    why = e.reason if e.status != "rebuild" else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else "")
+    why = (e.reason if e.status not in ("rebuild", "regate")
+           else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else ""))
     outcome = local.get(e.address)
     if outcome is not None and e.status != "up-to-date":
         why = f"{why}; {outcome.text()}" if why else outcome.text()
@@ -77,7 +81,8 @@ def render_plan_table(plan: Plan, local: Mapping[str, LocalOutcome | None] | Non
     table.add_column("build key", no_wrap=True)
     table.add_column("why", overflow="fold")
     for e in plan.entries:
-        table.add_row(SYMBOL[e.status], Text(one_line(e.address)), Text(e.status, style=_STYLE[e.status]),
+        table.add_row(SYMBOL[e.status], Text(one_line(e.address)),
+                      Text(_LABEL.get(e.status, e.status), style=_STYLE[e.status]),
                       Text(one_line(e.build_key[:12])), Text(_why(e, local)))
     return table
 
@@ -87,7 +92,8 @@ def render_plan_markdown(plan: Plan, local: Mapping[str, LocalOutcome | None] | 
     local = local or {}
     lines = [f"### {md_text(plan.summary())}", "", "| | cell | status | build key | why |", "|---|---|---|---|---|"]
     for e in plan.entries:
-        lines.append(f"| {md_text(SYMBOL[e.status])} | {md_code(e.address)} | {md_text(e.status)} | "
+        status = md_text(_LABEL.get(e.status, e.status))
+        lines.append(f"| {md_text(SYMBOL[e.status])} | {md_code(e.address)} | {status} | "
                      f"{md_code(e.build_key[:12])} | {md_text(_why(e, local))} |")
     return "\n".join(lines) + "\n"
 
@@ -160,6 +166,55 @@ def graph(manifests, fmt, cache_dir):
         raise click.UsageError("give at least one MANIFEST")
     project = load_project(manifests, cache_dir=cache_dir)
     sys.stdout.write(render(project.graph, fmt).rstrip("\n") + "\n")
+
+
+def _tree(label: str, value: object) -> Tree:
+    """A nested dict/list as a rich tree; every key and value is data (Text), never markup."""
+    tree = Tree(Text(one_line(label), style="bold"))
+
+    def add(node: Tree, key: str, v: object) -> None:
+        if isinstance(v, dict) and v:
+            branch = node.add(Text(one_line(key)))
+            for k, sub in v.items():
+                add(branch, str(k), sub)
+        elif isinstance(v, list) and v and any(isinstance(x, (dict, list)) for x in v):
+            branch = node.add(Text(one_line(key)))
+            for i, sub in enumerate(v):
+                add(branch, f"[{i}]", sub)
+        else:
+            node.add(Text.assemble((one_line(key), "cyan"), ": ", one_line(json.dumps(v, ensure_ascii=False))))
+
+    if isinstance(value, dict):
+        for k, v in value.items():
+            add(tree, str(k), v)
+    return tree
+
+
+@click.command()
+@click.argument("address")
+@manifests_argument
+@json_option
+@cache_option
+def explain(address, manifests, as_json, cache_dir):
+    """Show what ADDRESS's build key and gate keys are made of, and why the plan rebuilds or re-gates it."""
+    if not manifests:
+        raise click.UsageError("give the cell ADDRESS, then at least one MANIFEST")
+    project = load_project(manifests, cache_dir=cache_dir)
+    data = explain_cell(project, address)
+    if as_json:
+        print_json(data)
+        return ExitCode.OK
+    out = console()
+    p = data["plan"]
+    status = _LABEL.get(p["status"], p["status"])
+    out.print(Text.assemble((SYMBOL[p["status"]] + " ", "bold"), (one_line(address), "bold"), "  ",
+                            (status, _STYLE[p["status"]]), f"  {one_line(p['reason'])}"))
+    for change in p["changes"][1:]:
+        out.print(Text(f"    {one_line(change)}"))
+    out.print(_tree(f"build key {data['build_key']}", data["build_inputs"]))
+    out.print(_tree(f"gate key {data['gate_key']}", data["gate_inputs"]))
+    out.print(_tree("nodes", {nid: f"{n['kind']} {n['key'][:16]}" for nid, n in data["nodes"].items()}))
+    return ExitCode.OK
 
 
 @click.command()

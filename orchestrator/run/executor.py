@@ -47,7 +47,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.run.workers import WorkerGuard, stop_workers, worker_init
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
-_DIR_OF_KIND = {"prepare": "prepare", "transform": "transform", "build": "build",
+_DIR_OF_KIND = {"prepare": "prepare", "calibrate": "calibrate", "transform": "transform", "build": "build",
                 "gate:parity": "gate-parity", "gate:benchmark": "gate-benchmark", "publish": "publish"}
 PATH_PART_MAX = 120  # bytes; file names may have 255, and a suffix or a temp prefix is added to some
 COMPLETE_LOCK_TIMEOUT_S = 600.0  # another process completing the same node holds it for a rename and an fsync
@@ -387,6 +387,9 @@ class Executor:
     on_event: Callable[[str, Node, NodeReport | None], None] = lambda event, node, report: None
     in_process: bool = False  # run steps in this process (tests, -j 1 debugging)
     always_run: Callable[[Node], bool] = lambda node: False  # e.g. publish: the store itself is idempotent
+    # whether a complete cached result may stand for this run (e.g. a gate verdict given with another runtime
+    # version or on another GPU model may not): False runs the node again and replaces the result
+    reuse: Callable[[Node, dict], bool] = lambda node, result: True
 
     def run(self, nodes: Mapping[str, Node], order: Iterable[str], selected: set[str]) -> RunSummary:
         start = time.monotonic()
@@ -454,7 +457,8 @@ class Executor:
                     dep_prints = {d: _fingerprint(r) for d, r in dep_results.items() if r is not None}  # none missing
                     final = ws.node_dir(node, self.dir_salt(node))
                     existing = read_result(final)
-                    if existing is not None and existing.get("deps") == dep_prints and not self.always_run(node):
+                    if (existing is not None and existing.get("deps") == dep_prints and not self.always_run(node)
+                            and self.reuse(node, existing)):
                         results[node_id] = existing
                         finish(node, NodeReport(node.id, node.kind, "cached", dir=str(final),
                                                 log=existing.get("log"), data=existing.get("data", {})))
@@ -575,7 +579,7 @@ class Executor:
         with lock:
             existing = read_result(final)
             if (existing is not None and not self.always_run(node) and existing.get("key") == node.key
-                    and existing.get("deps") == result["deps"]):
+                    and existing.get("deps") == result["deps"] and self.reuse(node, existing)):
                 shutil.rmtree(tmp, ignore_errors=True)
                 return existing
             if not os.path.lexists(final):

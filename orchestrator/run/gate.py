@@ -35,6 +35,7 @@ class GatePayload:
     caches: Path
     runtime: str  # the runtime plugin that runs this cell's engines
     baseline: dict[str, Any] | None = None  # benchmark: the last published verdict at this address
+    runner: dict[str, Any] | None = None  # the gate runner's facts the verdict depends on (app.gating.runner_facts)
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
@@ -121,10 +122,12 @@ def step_parity(task: StepTask) -> StepOutcome:
         reasons = [f"{name}: {r}" if several else r for name, v in per_profile for r in v.reasons]
         log(f"verdict: {status}" + "".join(f"\n  {r}" for r in reasons))
     report = {"kind": "parity", "address": engine.address, "engine_digest": engine.digest, "status": status,
+              "gate_key": task.node.key, "runner": payload.runner,
               "profiles": {name: verdict.to_json() for name, verdict in per_profile}}
     (task.out_dir / "parity.json").write_text(json.dumps(report, indent=1))
     return StepOutcome(files=("parity.json",), data={"status": status, "verdict": "parity.json",
-                                                     "reasons": reasons[:MAX_REASONS_IN_DATA]},
+                                                     "reasons": reasons[:MAX_REASONS_IN_DATA],
+                                                     "runner": payload.runner, "key": task.node.key},
                        status="done")
 
 
@@ -157,6 +160,7 @@ def step_benchmark(task: StepTask) -> StepOutcome:
     runtime = plugins.runtime_for(engine)
     profile = _profile_names(payload.cell)[0]
     device = _device(engine)
+    gpu = (payload.runner or {}).get("gpu") or "no GPU"
     with open_step_log(task) as log:
         for line in _engine_lines("benchmark", engine_path, engine, device):
             log(line)
@@ -166,7 +170,7 @@ def step_benchmark(task: StepTask) -> StepOutcome:
             + f", {schedule.blocks} blocks {schedule.gap_s:g} s apart; thresholds: max_p95_ms "
             f"{settings.max_p95_ms}, min_throughput {settings.min_throughput}, max_regression_pct "
             f"{settings.max_regression_pct}, max_spread_pct {schedule.max_spread_pct:g}; baseline: "
-            + ("the last published verdict at this address" if payload.baseline else "none"))
+            + (f"the last published verdict at this address on {gpu}" if payload.baseline else f"none on {gpu}"))
         session = runtime.load(engine_path, engine, RuntimeOptions(
             profile_index=0, device="cuda" if device == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
         try:
@@ -179,7 +183,8 @@ def step_benchmark(task: StepTask) -> StepOutcome:
         why = verdict.reasons or verdict.noisy
         log(f"verdict: {verdict.status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
-              "status": verdict.status, "profile": profile, "verdict": verdict.to_json()}
+              "status": verdict.status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
+              "runner": payload.runner}
     if verdict.status == "noisy":
         # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
         return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(verdict.noisy),
@@ -187,4 +192,5 @@ def step_benchmark(task: StepTask) -> StepOutcome:
                                  "verdict": report})
     (task.out_dir / "benchmark.json").write_text(json.dumps(report, indent=1))
     return StepOutcome(files=("benchmark.json",), data={"status": verdict.status, "verdict": "benchmark.json",
-                                                        "reasons": list(verdict.reasons[:MAX_REASONS_IN_DATA])})
+                                                        "reasons": list(verdict.reasons[:MAX_REASONS_IN_DATA]),
+                                                        "runner": payload.runner, "key": task.node.key})

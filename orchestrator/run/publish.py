@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.contracts.store import ArtifactFiles
+from orchestrator.contracts.store import ArtifactFiles, Attachment
 from orchestrator.core.artifact import GateSummary, gate_status
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import Cell
@@ -31,6 +31,8 @@ class PublishPayload:
     gate_dirs: tuple[str | None, str | None]  # parity node dir, benchmark node dir (None: gate disabled)
     force: bool = False  # publish despite failed gates (recorded)
     failed_input: str | None = None  # why the (transformed) ONNX this engine was built from is known bad
+    platform_specific: bool = True  # the builder's engines are tied to the platform they were built for
+    calibration_dir: str | None = None  # the node dir of the cell's calibrate node (int8)
 
 
 def git_commit(path: str) -> str | None:
@@ -54,6 +56,42 @@ def _engine_mismatch(actual: str, built: str, parity: dict[str, Any] | None,
             return (f"the {name} verdict was given to engine {str(report.get('engine_digest'))[:19]}, not to "
                     f"{actual[:19]} (re-run `orchestrate gate`)")
     return None
+
+
+def timing_scope(runner: dict[str, Any], builder: str, version: str) -> str:
+    """What a timing cache is valid for: the GPU (CC and model) and the exact builder version."""
+    gpus = runner.get("gpus") or []
+    gpu = gpus[0] if gpus else {}
+    cc = str(gpu.get("compute_capability") or "none").replace(".", "")
+    return f"sm{cc}/{gpu.get('name') or 'no GPU'}/{builder} {version}"
+
+
+def _caches(payload: PublishPayload, build_dir: Path, build: dict[str, Any]
+            ) -> tuple[tuple[Attachment, ...], dict[str, Any]]:
+    """The calibration and timing caches this engine was built with, as attachments and metadata ``caches``."""
+    attachments: list[Attachment] = []
+    caches: dict[str, Any] = {}
+    if build.get("from_store"):  # a re-gated engine: the caches it was built with are already in the store
+        return (), dict(build["from_store"].get("caches") or {})
+    calib = build.get("calibration")
+    if calib and payload.calibration_dir:
+        path = Path(payload.calibration_dir) / "calibration.cache"
+        if path.is_file():
+            name = f"calibration-{str(calib['key'])[:16]}.cache"
+            attachments.append(Attachment(path, "calibration-cache", name))
+            caches["calibration"] = {"key": calib["key"], "digest": calib["digest"], "name": name,
+                                     "calibrator": str(calib.get("calibrator") or ""), "size": int(calib["size"])}
+    timing = build.get("timing_cache")
+    if timing:
+        scope = timing_scope(build.get("runner") or {}, payload.cell.target.builder, build["builder_version"])
+        entry: dict[str, Any] = {"read": timing.get("read"), "written": timing.get("written"),
+                                 "pinned": bool(timing.get("pinned")), "scope": scope}
+        if timing.get("file") and (build_dir / timing["file"]).is_file():
+            name = "timing-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in scope) + ".cache"
+            attachments.append(Attachment(build_dir / timing["file"], "timing-cache", name))
+            entry.update(name=name, size=(build_dir / timing["file"]).stat().st_size)
+        caches["timing"] = entry
+    return tuple(attachments), caches
 
 
 def step_publish(task: StepTask) -> StepOutcome:
@@ -87,10 +125,10 @@ def step_publish(task: StepTask) -> StepOutcome:
                                Path(bench_dir) / "benchmark.json" if bench and bench_dir else None,
                                build_dir / build["layer_info"] if build.get("layer_info") else None)
                    if p is not None and p.exists())
+    attachments, caches = _caches(payload, build_dir, build)
     manifest_path = payload.manifest_file
-    calib = None
-    if cell.key_inputs.get("transform"):
-        calib = cell.key_inputs["transform"].get("calibration")
+    calib_data = (cell.key_inputs.get("calibration") or {}).get("data") or {}
+    calib = calib_data.get("digest")
     meta = new_metadata(
         address=cell.address, model_name=model.name, model_version=model.version,
         model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
@@ -98,12 +136,13 @@ def step_publish(task: StepTask) -> StepOutcome:
         target=cell.target, builder_version=build["builder_version"], build_key=cell.build_key,
         key_inputs=cell.key_inputs, engine=descriptor,
         runtime=payload.runtime, runner=RunnerFingerprint.from_json(build["runner"]),
-        gates=GateSummary(status=status, parity=parity, benchmark=bench, ungated_publish_allowed=status != "passed"),
+        gates=GateSummary(status=status, parity=parity, benchmark=bench, ungated_publish_allowed=status != "passed",
+                          key=cell.gate_key, key_inputs=cell.gate_inputs),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
-        calibration_digest=calib)
+        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches)
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
     stored = plugins.open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log,
-                                                                    extra=extras))
+                                                                    extra=extras, attachments=attachments))
     return StepOutcome(data={"digest": stored.digest, "location": stored.location, "gates": status,
                              "build_key": cell.build_key})

@@ -8,16 +8,25 @@ TensorRT's DequantizeLinear rejects Int32 inputs (shared/reference/toolchain.md,
 
 Calibration feeds come from the manifest's DataSource at ``request.input_shapes`` (``_data.py``); random feeds
 calibrate badly (toolchain.md: 62-88% top-1 agreement) and the parity gate is what catches that.
+
+Calibration caches. ``calibrate()`` computes the activation ranges once and writes them as onnxruntime's own
+calibration cache (``quantize_static(calibration_cache_path=...)``, JSON of tensor ranges with the method it was
+made with); ``run()`` with ``request.calibration_cache`` quantizes from that cache and reads no data. Both run the
+same pre-processing, so the cache's tensor names are the ones the quantizer looks up. onnxruntime versions
+without ``calibration_cache_path`` are refused with the version to install.
 """
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from orchestrator.contracts.builder import TransformRequest
+from orchestrator.contracts.builder import CalibrateRequest, TransformRequest
 from orchestrator.core.model import PrecisionSpec
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._onnx.data import iter_samples
@@ -80,6 +89,16 @@ def _reader(samples: list[dict]):
     return _Feeds()
 
 
+def _ort_quantization() -> tuple[Callable[..., Any], Any, Any, Any, Callable[..., Any]]:
+    try:
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as e:
+        raise BuildError(f"cannot import onnxruntime.quantization: {e}",
+                         hint="pip install 'trt-orchestrator[transforms]'") from e
+    return quantize_static, CalibrationMethod, QuantFormat, QuantType, quant_pre_process
+
+
 class Int8QdqTransform:
     kind = "int8-qdq"
     # distributions whose versions change this transform's output (they go into transform keys)
@@ -102,29 +121,69 @@ class Int8QdqTransform:
         }
 
     def run(self, request: TransformRequest) -> dict:
-        try:
-            from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-            from onnxruntime.quantization.shape_inference import quant_pre_process
-        except ImportError as e:
-            raise BuildError(f"cannot import onnxruntime.quantization: {e}",
-                             hint="pip install 'trt-orchestrator[transforms]'") from e
-        method = CALIBRATION_METHODS.get(request.precision.calibration_method)
-        if method is None:
-            raise BuildError(f"unknown calibration method {request.precision.calibration_method!r}; "
-                             f"use one of {', '.join(CALIBRATION_METHODS)}")
+        started = time.perf_counter()
+        out_path = Path(request.out_path)
+        cache = Path(request.calibration_cache) if request.calibration_cache is not None else None
+        samples: list[dict] = []
+        if cache is None:
+            samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
+        opset_from = self._quantize(request.onnx_path, out_path, request.precision, samples, cache, read_cache=True)
+        check_loadable(out_path, f"int8 Q/DQ calibration of {request.onnx_path.name}")
+        facts = self._facts(out_path)
+        if opset_from is not None:
+            facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]
+        facts.update(samples=len(samples), calibrate_method=request.precision.calibration_method,
+                     input_shapes={k: list(v) for k, v in request.input_shapes.items()},
+                     seconds=round(time.perf_counter() - started, 3))
+        source = (f"the calibration cache {cache.name} (no data read)" if cache is not None
+                  else f"{len(samples)} calibration samples ({facts['calibrate_method']})")
+        request.log(f"int8-qdq: {facts['quantize_nodes']} Q / {facts['dequantize_nodes']} DQ nodes from "
+                    f"{source} in {facts['seconds']}s")
+        return facts
+
+    def calibrate(self, request: CalibrateRequest) -> dict[str, Any]:
+        """Compute the activation ranges over the calibration data and write them to ``request.out_path``."""
         started = time.perf_counter()
         samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
-        out_path = Path(request.out_path)
+        out = Path(request.out_path)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".calib-") as tmp:
+            self._quantize(request.onnx_path, Path(tmp) / "discarded.onnx", request.precision, samples, out,
+                           read_cache=False)
+        if not out.is_file():
+            raise BuildError(f"onnxruntime wrote no calibration cache for {request.onnx_path.name}")
+        facts = {"samples": len(samples), "calibrate_method": request.precision.calibration_method,
+                 "input_shapes": {k: list(v) for k, v in request.input_shapes.items()},
+                 "seconds": round(time.perf_counter() - started, 3)}
+        request.log(f"int8-qdq calibration: ranges of {request.onnx_path.name} from {len(samples)} samples "
+                    f"({facts['calibrate_method']}) in {facts['seconds']}s")
+        return facts
+
+    def _quantize(self, onnx_path: Path, out_path: Path, precision: PrecisionSpec, samples: list[dict],
+                  cache: Path | None, *, read_cache: bool) -> int | None:
+        """quant_pre_process, then quantize_static from ``samples`` or (``read_cache``) from ``cache`` alone;
+        with ``cache`` and not ``read_cache`` the computed ranges are written there. The opset upgraded from."""
+        quantize_static, CalibrationMethod, QuantFormat, QuantType, quant_pre_process = _ort_quantization()
+        method = CALIBRATION_METHODS.get(precision.calibration_method)
+        if method is None:
+            raise BuildError(f"unknown calibration method {precision.calibration_method!r}; "
+                             f"use one of {', '.join(CALIBRATION_METHODS)}")
+        cache_args: dict[str, Any] = {}
+        if cache is not None:
+            if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
+                raise BuildError(f"onnxruntime {_version('onnxruntime') or _version('onnxruntime-gpu')} cannot "
+                                 "read or write calibration caches (quantize_static has no calibration_cache_path)",
+                                 hint="install onnxruntime 1.31 or newer (the demo extra pins it)")
+            cache_args["calibration_cache_path"] = str(cache)
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        large = model_bytes(request.onnx_path) > EXTERNAL_DATA_THRESHOLD
+        large = model_bytes(onnx_path) > EXTERNAL_DATA_THRESHOLD
         with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".int8-") as tmp:
             prepared = Path(tmp) / "prepared.onnx"
             try:
-                source, opset_from = _at_least_opset13(Path(request.onnx_path), Path(tmp), large)
+                source, opset_from = _at_least_opset13(Path(onnx_path), Path(tmp), large)
                 quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True,
                                   save_as_external_data=large, all_tensors_to_one_file=True)
                 quantize_static(
-                    str(prepared), str(out_path), _reader(samples),
+                    str(prepared), str(out_path), None if read_cache and cache is not None else _reader(samples),
                     quant_format=QuantFormat.QDQ,
                     op_types_to_quantize=list(OP_TYPES_TO_QUANTIZE),
                     per_channel=True,
@@ -133,22 +192,15 @@ class Int8QdqTransform:
                     calibrate_method=getattr(CalibrationMethod, method),
                     use_external_data_format=large,
                     extra_options=dict(EXTRA_OPTIONS),
+                    **cache_args,
                 )
             except BuildError:
                 raise
             except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
-                raise BuildError(f"int8 Q/DQ calibration of {request.onnx_path.name} failed: "
+                what = "quantization from the calibration cache" if read_cache and cache else "calibration"
+                raise BuildError(f"int8 Q/DQ {what} of {Path(onnx_path).name} failed: "
                                  f"{type(e).__name__}: {e}") from e
-        check_loadable(out_path, f"int8 Q/DQ calibration of {request.onnx_path.name}")
-        facts = self._facts(out_path)
-        if opset_from is not None:
-            facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]
-        facts.update(samples=len(samples), calibrate_method=request.precision.calibration_method,
-                     input_shapes={k: list(v) for k, v in request.input_shapes.items()},
-                     seconds=round(time.perf_counter() - started, 3))
-        request.log(f"int8-qdq: {facts['quantize_nodes']} Q / {facts['dequantize_nodes']} DQ nodes from "
-                    f"{len(samples)} calibration samples ({facts['calibrate_method']}) in {facts['seconds']}s")
-        return facts
+        return opset_from
 
     @staticmethod
     def _facts(path: Path) -> dict:

@@ -226,7 +226,8 @@ def check_store(config: RegistryConfig, engines: dict[str, tuple[str, str, Path]
     if config.store == "local":
         root = Path(str(config.path))
         recorded = {p.stem for p in (root / "meta").glob("*.json")} if (root / "meta").exists() else set()
-        assert recorded == {r.metadata["build_key"] for r in records}, "a record the store does not list"
+        assert recorded == {r.metadata.get("record_key") or r.metadata["build_key"] for r in records}, \
+            "a record the store does not list"
         for blob in (root / "blobs" / "sha256").iterdir() if (root / "blobs" / "sha256").exists() else []:
             if not any(t in blob.name for t in TEMP_NAMES):  # under its final name: whole
                 assert _sha256(blob) == f"sha256:{blob.name}", f"a partial blob under its final name: {blob}"
