@@ -1,9 +1,12 @@
-"""The registry verbs: list, show and retention, over any store (queries decided in ``core.query``)."""
+"""The registry verbs: list, show and retention, over any store (queries decided in ``core.query``), and the
+caches published with the engines (``metadata["caches"]`` + the attachments that carry the files)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator import plugins
 from orchestrator.contracts.store import StoredArtifact
@@ -21,18 +24,134 @@ def list_artifacts(registry: RegistryConfig, *, model: str | None = None) -> lis
     return plugins.open_store(registry).records(model)
 
 
+@dataclass(frozen=True)
+class CalibrationCache:
+    """One distinct calibration cache (by content digest) and the published engines built with it."""
+
+    name: str
+    digest: str
+    key: str  # the calibration key it was computed under
+    calibrator: str = ""
+    size: int | None = None
+    engines: tuple[str, ...] = ()  # engine digests of the records that link it (re-gated engines counted once)
+    addresses: tuple[str, ...] = ()
+    stored: bool = False  # some record carries the file as an attachment (else it is only described)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "key": self.key, "calibrator": self.calibrator,
+                "size": self.size, "engines": len(self.engines), "addresses": list(self.addresses),
+                "stored": self.stored}
+
+
+@dataclass(frozen=True)
+class TimingCache:
+    """One distinct timing cache (by scope and content digest): GPU, GPU model and exact builder version."""
+
+    scope: str
+    digest: str
+    name: str = ""
+    size: int | None = None
+    pinned: bool = False
+    engines: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()
+    stored: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scope": self.scope, "digest": self.digest, "name": self.name, "size": self.size,
+                "pinned": self.pinned, "engines": len(self.engines), "addresses": list(self.addresses),
+                "stored": self.stored}
+
+
+@dataclass(frozen=True)
+class Listing:
+    artifacts: list[StoredArtifact]  # newest first
+    calibration: tuple[CalibrationCache, ...] = ()
+    timing: tuple[TimingCache, ...] = ()
+
+
+def _attachment(meta: Mapping[str, Any], name: object) -> Mapping[str, Any] | None:
+    for a in meta.get("attachments") or ():
+        if isinstance(a, Mapping) and name and a.get("name") == name:
+            return a
+    return None
+
+
+def _size(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def caches_of(records: Iterable[StoredArtifact]) -> tuple[tuple[CalibrationCache, ...], tuple[TimingCache, ...]]:
+    """Every distinct calibration cache (by digest) and timing cache (by scope and digest) the records name,
+    with the engines that link each; in the order first met (records come newest first)."""
+    calib: dict[str, dict[str, Any]] = {}
+    timing: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        meta = record.metadata
+        found = meta.get("caches")
+        caches: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        engine = str((meta.get("engine") or {}).get("digest", ""))
+        address = str(meta.get("address", ""))
+        c = caches.get("calibration")
+        if isinstance(c, Mapping) and c.get("digest"):
+            att = _attachment(meta, c.get("name"))
+            seen = calib.setdefault(str(c["digest"]), {
+                "name": str(c.get("name") or ""), "digest": str(c["digest"]), "key": str(c.get("key") or ""),
+                "calibrator": str(c.get("calibrator") or ""), "size": _size(c.get("size")),
+                "engines": [], "addresses": [], "stored": False})
+            seen["stored"] = seen["stored"] or att is not None
+            if engine not in seen["engines"]:
+                seen["engines"].append(engine)
+            if address not in seen["addresses"]:
+                seen["addresses"].append(address)
+        t = caches.get("timing")
+        if isinstance(t, Mapping):
+            att = _attachment(meta, t.get("name"))
+            digest = str((att or {}).get("digest") or t.get("written") or t.get("read") or "")
+            if not digest:
+                continue
+            scope = str(t.get("scope") or "")
+            seen = timing.setdefault((scope, digest), {
+                "scope": scope, "digest": digest, "name": str(t.get("name") or ""),
+                "size": _size((att or {}).get("size", t.get("size"))), "pinned": bool(t.get("pinned")),
+                "engines": [], "addresses": [], "stored": False})
+            seen["stored"] = seen["stored"] or att is not None
+            if engine not in seen["engines"]:
+                seen["engines"].append(engine)
+            if address not in seen["addresses"]:
+                seen["addresses"].append(address)
+    return (tuple(CalibrationCache(**{**v, "engines": tuple(v["engines"]), "addresses": tuple(v["addresses"])})
+                  for v in calib.values()),
+            tuple(TimingCache(**{**v, "engines": tuple(v["engines"]), "addresses": tuple(v["addresses"])})
+                  for v in timing.values()))
+
+
+def listing(registry: RegistryConfig, *, model: str | None = None) -> Listing:
+    """``ls``: the published records (newest first) and the caches published with them."""
+    records = list_artifacts(registry, model=model)
+    calibration, timing = caches_of(records)
+    return Listing(records, calibration, timing)
+
+
 def find(registry: RegistryConfig, *, address: str | None = None, model: str | None = None,
          version: str | None = None, labels: dict[str, str] | None = None) -> list[StoredArtifact]:
     records = plugins.open_store(registry).records(model)
     return select(records, _meta, address=address, model=model, version=version, labels=labels)
 
 
+def record_key_of(meta: Mapping[str, Any]) -> str:
+    """A record's identity: its record key, or its build key when it was published before record keys."""
+    return str(meta.get("record_key") or meta.get("build_key") or "")
+
+
 def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
-    """One artifact by address (the newest publish) or by engine digest (``sha256:…`` or 64 hex digits)."""
+    """One record by address (the newest publish), by engine digest (``sha256:…`` or 64 hex digits: the newest
+    record of that engine; a re-gated engine has several) or by record key (64 hex digits)."""
     records = plugins.open_store(registry).records()
     if ref.startswith("sha256:") or re.fullmatch(r"[0-9a-f]{64}", ref):
         digest = ref if ref.startswith("sha256:") else f"sha256:{ref}"
         hits = [a for a in records if a.digest == digest]
+        if not hits and not ref.startswith("sha256:"):
+            hits = [a for a in records if record_key_of(a.metadata) == ref]
     else:
         hits = select(records, _meta, address=ref)
     if not hits:

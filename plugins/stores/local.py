@@ -2,15 +2,21 @@
 
 Layout under ``RegistryConfig.path``::
 
-    blobs/sha256/<hex>       content-addressed engines, build logs and extra files
-    meta/<build_key>.json    one metadata JSON per artifact (with its log/extra blobs' digests under attachments)
+    blobs/sha256/<hex>       content-addressed engines, build logs, extra files and caches (attachments)
+    meta/<record_key>.json   one metadata JSON per record (with its attachments' names, roles and digests)
     index.json               the planner's view, loaded with one json.load (see _empty_index for its shape)
     .index.lock              the filelock serializing index updates
+
+Identity. A record is one engine (build key) with one set of gate verdicts (gate key), named by its record key
+(``metadata["record_key"]``, ``core.keys.record_key``). Records published before record keys have none: their
+identity is their build key, which is also the record key of a build key with no gate key, so a store written by
+an older client (``meta/<build_key>.json``, an index keyed by build keys) reads as it is, with nothing rewritten.
+A re-gated engine (same build key, other gate settings) is a second record with the same engine digest.
 
 Publishing writes the blobs first (temp file in the same dir, fsync, rename, fsync dir), then takes the lock,
 writes the metadata file and the index last. A crash leaves at worst an unreferenced blob, never an index entry
 pointing at a missing or partial file. ``index.json`` is derived from ``meta/``: every read checks that the two
-name the same build keys and repairs the index from the records when they do not (a crash between writing a
+name the same record keys and repairs the index from the records when they do not (a crash between writing a
 record and the index must not hide the artifact for good); ``rebuild_index()`` recreates it outright.
 
 Each index record holds the sha256 of its metadata file as written; reading a record checks it, so metadata
@@ -18,33 +24,43 @@ edited after publishing (say, another engine's digest) is an ``IntegrityError``,
 
 Damage. An ``index.json`` that is not JSON or not the index's shape is rebuilt from the records (keeping the record
 digests it still holds), and written back when the store is writable (a read-only store is read through the
-repaired copy in memory). A record that is not JSON, not an object, fails the artifact-v1 schema or names another
-build key is an ``IntegrityError`` naming its file, with the fix (restore it, or remove it and publish again):
-never a traceback, never a silently missing artifact. Only ``meta/<64 hex>.json`` files are records.
+repaired copy in memory). A record that is not JSON, not an object, fails the artifact-v1 schema, names another
+record key than its file's, or a record key that is not its build key's and gate key's, is an ``IntegrityError``
+naming its file, with the fix (restore it, or remove it and publish again): never a traceback, never a silently
+missing artifact. Only ``meta/<64 hex>.json`` files are records.
 
 Temp files. A publish killed mid-copy leaves ``blobs/sha256/.incoming.<pid>.<host>.<random>.tmp``; every publish
 and read removes the temp files of dead writers on this host and any temp file untouched for
 ``stale_temp_s`` (an hour) in ``blobs/sha256``, ``meta/`` and the root (``_atomic.remove_stale_temps``).
-Writing the engine on ``get`` (or a blob on ``put``) onto a full, read-only or forbidden filesystem is a
-``StoreError`` naming the destination; no partial or temp file stays behind.
+Writing the engine (or an attachment) on ``get`` (``get_attachment``), or a blob on ``put``, onto a full,
+read-only or forbidden filesystem is a ``StoreError`` naming the destination; no partial or temp file stays behind.
 
-Immutability: an artifact (one build key) is written once and never modified or overwritten; re-publishing
-the same build key returns the stored artifact unchanged. One (address, model version) pair may hold several
-build keys over time (a newer builder patch, a changed option, a salt), each its own immutable artifact.
-``latest`` per address is the newest publish for it; a model's ``latest`` version alias is the version most
-recently published *for the first time*, so rebuilding an older version does not move it back.
+Attachments. ``ArtifactFiles.attachments`` (calibration and timing caches) are stored as blobs like the log and
+the extra files, listed in ``meta["attachments"]`` with their role and name; ``get_attachment(record, name,
+dest)`` writes one back, sha256-verified, atomically. A re-gated record that names caches it was not handed takes
+the entries of an earlier record of its build key (``_records.inherited``).
+
+Immutability: a record (one record key) is written once and never modified or overwritten; re-publishing the same
+record key returns the stored record unchanged. One (address, model version) pair may hold several build keys
+over time (a newer builder patch, a changed option, a salt) and one build key several gate keys, each its own
+immutable record. ``latest`` per address is the newest publish for it; a model's ``latest`` version alias is the
+version most recently published *for the first time*, so rebuilding an older version does not move it back.
+``delete`` (retention only) removes every record of the engines it is given, then every blob no remaining record
+references (caches included).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
+from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles, IndexEntry, StoredArtifact
 from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
 from orchestrator.metadata import index_entry, utc_now, validate_metadata
@@ -56,6 +72,18 @@ from trt_orchestrator_plugins.stores._atomic import (
     remove_stale_temps,
     stage_copy,
     write_error,
+)
+from trt_orchestrator_plugins.stores._records import (
+    cache_mismatch,
+    cache_names,
+    check_attachments,
+    check_record_key,
+    expected_cache_digests,
+    find_attachment,
+    gate_key_of,
+    inherited,
+    record_id,
+    record_key_problem,
 )
 
 INDEX_FORMAT = 1
@@ -82,11 +110,13 @@ def _empty_index() -> dict:
     return {
         "format_version": INDEX_FORMAT,
         "seq": 0,
-        # build key -> small record (no key_inputs: those live in meta/ and in "latest")
+        # record key -> small record (no key_inputs: those live in meta/ and in "latest"). An index written before
+        # record keys is keyed by build keys: the same thing for those records (see the module docstring).
         "artifacts": {},
-        # address -> the newest publish for it, with everything IndexEntry needs (key_inputs included)
+        # address -> the newest publish for it, with everything IndexEntry needs (key_inputs, gate key included)
         "latest": {},
-        # model -> {"latest": version, "versions": {version: {"first_seq": n, "build_keys": [...]}}}
+        # model -> {"latest": version, "versions": {version: {"first_seq": n, "build_keys": [...]}}}; the list
+        # holds record keys (its name is the format's from before record keys: for those records the two are one)
         "models": {},
     }
 
@@ -94,6 +124,8 @@ def _empty_index() -> dict:
 def _record(meta: dict, seq: int, meta_digest: str | None) -> dict:
     return {
         "meta_digest": meta_digest,
+        "build_key": meta["build_key"],
+        "gate_key": gate_key_of(meta),
         "address": meta["address"],
         "model": meta["model"]["name"],
         "version": meta["model"]["version"],
@@ -114,13 +146,14 @@ def _record(meta: dict, seq: int, meta_digest: str | None) -> dict:
 def _latest_entry(meta: dict, seq: int) -> dict:
     e = index_entry(meta)
     return {"address": e.address, "build_key": e.build_key, "key_inputs": e.key_inputs, "model": e.model,
-            "version": e.version, "digest": e.digest, "published_at": e.published_at, "seq": seq}
+            "version": e.version, "digest": e.digest, "published_at": e.published_at, "seq": seq,
+            "record_key": record_id(meta), "gate_key": e.gate_key, "gate_inputs": e.gate_inputs}
 
 
 def _add_to_index(index: dict, meta: dict, meta_digest: str | None) -> None:
     index["seq"] += 1
     seq = index["seq"]
-    bk = meta["build_key"]
+    bk = record_id(meta)
     index["artifacts"][bk] = _record(meta, seq, meta_digest)
     index["latest"][meta["address"]] = _latest_entry(meta, seq)
     model = index["models"].setdefault(meta["model"]["name"], {"latest": None, "versions": {}})
@@ -138,6 +171,12 @@ def _is(value: object, kind: type | tuple[type, ...]) -> bool:
 _RECORD_FIELDS = {"address": str, "model": str, "version": str, "digest": str, "seq": int, "blobs": list}
 _LATEST_FIELDS = {"address": str, "build_key": str, "key_inputs": dict, "model": str, "version": str,
                   "digest": str, "published_at": str}
+# written since record keys; an index from before has none of them (read as: no gate key, identity = build key)
+_OPTIONAL_FIELDS = {"build_key": str, "gate_key": str, "record_key": str, "gate_inputs": dict}
+
+
+def _optional_ok(entry: dict) -> bool:
+    return all(_is(entry[k], t) for k, t in _OPTIONAL_FIELDS.items() if k in entry)
 
 
 def _index_shape_ok(data: object) -> bool:
@@ -149,11 +188,12 @@ def _index_shape_ok(data: object) -> bool:
         return False
     for bk, rec in artifacts.items():
         if not (_HEX.match(bk) and isinstance(rec, dict)
-                and all(_is(rec.get(k), t) for k, t in _RECORD_FIELDS.items())
+                and all(_is(rec.get(k), t) for k, t in _RECORD_FIELDS.items()) and _optional_ok(rec)
                 and (rec.get("meta_digest") is None or isinstance(rec.get("meta_digest"), str))):
             return False
     for e in latest.values():
-        if not (isinstance(e, dict) and all(_is(e.get(k), t) for k, t in _LATEST_FIELDS.items())):
+        if not (isinstance(e, dict) and all(_is(e.get(k), t) for k, t in _LATEST_FIELDS.items())
+                and _optional_ok(e)):
             return False
     for m in models.values():
         if not (isinstance(m, dict) and isinstance(m.get("versions"), dict)
@@ -175,7 +215,7 @@ def _parse_index(raw: bytes | None) -> dict | None:
 
 
 def _salvage(raw: bytes | None) -> dict:
-    """What a damaged index still says about record digests: {"artifacts": {build key: {"meta_digest": ...}}}."""
+    """What a damaged index still says about record digests: {"artifacts": {record key: {"meta_digest": ...}}}."""
     try:
         data = json.loads(raw) if raw else None
     except ValueError:
@@ -186,12 +226,19 @@ def _salvage(raw: bytes | None) -> dict:
     return {"artifacts": kept}
 
 
-def _record_problem(meta: object, build_key: str, *, full: bool) -> str | None:
-    """Why parsed record JSON is not the record of ``build_key`` (``full``: check the whole schema), or None."""
+def _record_problem(meta: object, key: str, *, full: bool) -> str | None:
+    """Why parsed record JSON is not the record ``key`` (its record key; the build key of a record from before
+    record keys) (``full``: check the whole schema), or None."""
     if not isinstance(meta, dict):
         return f"holds a JSON {type(meta).__name__}, not a record"
-    if meta.get("build_key") != build_key:
-        return f"names build key {str(meta.get('build_key'))[:64]!r}, not its own {build_key}"
+    if "record_key" in meta:
+        if meta["record_key"] != key:
+            return f"names record key {str(meta['record_key'])[:64]!r}, not its own {key}"
+        problem = record_key_problem(meta)
+        if problem:
+            return problem
+    elif meta.get("build_key") != key:
+        return f"names build key {str(meta.get('build_key'))[:64]!r}, not its own {key}"
     if full:
         try:
             validate_metadata(meta)
@@ -215,9 +262,12 @@ class LocalIndex:
         return self._data
 
     def latest_by_address(self) -> dict[str, IndexEntry]:
+        """The newest publish per address (several records may share a build key: the newest one wins)."""
         return {addr: IndexEntry(address=e["address"], build_key=e["build_key"], key_inputs=e["key_inputs"],
                                  model=e["model"], version=e["version"], digest=e["digest"],
-                                 published_at=e["published_at"])
+                                 published_at=e["published_at"], gate_key=e.get("gate_key", ""),
+                                 gate_inputs=dict(e.get("gate_inputs") or {}),
+                                 record_key=e.get("record_key") or e["build_key"])
                 for addr, e in self._data["latest"].items()}
 
     def state_token(self) -> str:
@@ -245,10 +295,12 @@ class LocalStore:
     def blob_path(self, digest: str) -> Path:
         return self.blobs / normalize_digest(digest).split(":", 1)[1]
 
-    def _meta_path(self, build_key: str) -> Path:
-        if not _HEX.match(build_key):
-            raise StoreError(f"build key must be 64 lowercase hex digits, got {build_key!r}")
-        return self.meta_dir / f"{build_key}.json"
+    def _meta_path(self, key: str) -> Path:
+        """The record file of a record key (of a build key, for records from before record keys)."""
+        if not _HEX.match(key):
+            raise StoreError(f"a record key must be 64 lowercase hex digits, got {key!r}",
+                             hint="record keys come from orchestrator.core.keys.record_key")
+        return self.meta_dir / f"{key}.json"
 
     def _sweep(self) -> None:
         """Remove temp files killed writers left (see the module docstring). Never creates anything."""
@@ -268,8 +320,10 @@ class LocalStore:
         return FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
 
     # ---- publish -----------------------------------------------------------------------------------------
-    def _store_blob(self, src: Path, expected: str | None, what: str) -> tuple[str, int]:
-        """Copy ``src`` into blobs/ (in-kernel copy, the copy hashed and fsync'd, renamed to its content address)."""
+    def _store_blob(self, src: Path, expected: str | None, what: str,
+                    mismatch: Callable[[str], IntegrityError] | None = None) -> tuple[str, int]:
+        """Copy ``src`` into blobs/ (in-kernel copy, the copy hashed and fsync'd, renamed to its content address).
+        A copy whose digest is not ``expected`` is dropped: ``mismatch(actual)`` (else an engine's error) says so."""
         try:
             tmp, hexdigest, size = stage_copy(src, self.blobs)
         except DestinationError as e:
@@ -280,6 +334,8 @@ class LocalStore:
         digest = f"sha256:{hexdigest}"
         if expected is not None and digest != expected:
             os.unlink(tmp)
+            if mismatch is not None:
+                raise mismatch(digest)
             raise IntegrityError(
                 f"{what}: file {src} has {digest} but its metadata says {expected}",
                 hint="the engine changed after its metadata was built; rebuild the metadata from this file")
@@ -295,6 +351,8 @@ class LocalStore:
         meta.pop("published_at", None)
         meta.pop("attachments", None)
         validate_metadata(meta)
+        check_record_key(meta)
+        check_attachments(files)
         try:
             return self._put(files, meta)
         except DestinationError as e:
@@ -309,25 +367,40 @@ class LocalStore:
 
     def _put(self, files: ArtifactFiles, meta: dict) -> StoredArtifact:
         self._sweep()
-        build_key = meta["build_key"]
-        meta_path = self._meta_path(build_key)
-        if meta_path.exists():  # idempotent fast path: no blob written for an already-published build key
-            return self._stored(self._read_meta(build_key, self.index().data))
+        key = record_id(meta)
+        meta_path = self._meta_path(key)
+        if meta_path.exists():  # idempotent fast path: no blob written for an already-published record key
+            return self._stored(self._read_meta(key, self.index().data))
 
         # Blobs before the lock (slow, parallel across publishers); the index is written last.
-        self._store_blob(Path(files.engine), meta["engine"]["digest"], meta["address"])
-        attachments = []
-        if files.log is not None:
-            d, size = self._store_blob(Path(files.log), None, meta["address"])
-            attachments.append({"name": Path(files.log).name, "role": "log", "digest": d, "size": size})
-        for extra in files.extra:
-            d, size = self._store_blob(Path(extra), None, meta["address"])
-            attachments.append({"name": Path(extra).name, "role": "extra", "digest": d, "size": size})
+        address = meta["address"]
+        sources: dict[str, Path] = {}  # digest -> a file with those bytes (to store it again, see below)
+        self._store_blob(Path(files.engine), meta["engine"]["digest"], address)
+        sources[meta["engine"]["digest"]] = Path(files.engine)
+        expected = expected_cache_digests(meta)
+        attachments: list[dict[str, Any]] = []
+        named = ([(Path(files.log), "log", Path(files.log).name)] if files.log is not None else []) \
+            + [(Path(p), "extra", Path(p).name) for p in files.extra] \
+            + [(Path(a.path), a.role, a.name) for a in files.attachments]
+        for path, role, name in named:
+            want = expected.get(name) if role in CACHE_ROLES else None
+            d, size = self._store_blob(path, want[0] if want else None, address,
+                                       functools.partial(cache_mismatch, meta, path, want=want) if want else None)
+            sources[d] = path
+            attachments.append({"name": name, "role": role, "digest": d, "size": size})
+        attachments += self._inherited(meta, attachments)
 
         with self._lock():
-            if meta_path.exists():  # another publisher won the race for this build key
-                return self._stored(self._read_meta(build_key, self._load_index_locked()))
+            if meta_path.exists():  # another publisher won the race for this record key
+                return self._stored(self._read_meta(key, self._load_index_locked()))
             index = self._load_index_locked()
+            # a retention run may have removed a blob this publish found already stored (and so did not copy):
+            # store it again, or drop an inherited cache whose every record went meanwhile
+            for d, path in sources.items():
+                if not self.blob_path(d).is_file():
+                    self._store_blob(path, d, address)
+            attachments = [a for a in attachments
+                           if a["digest"] in sources or self.blob_path(str(a["digest"])).is_file()]
             meta["published_at"] = utc_now()
             if attachments:
                 meta["attachments"] = attachments
@@ -336,14 +409,27 @@ class LocalStore:
             atomic_write_json(self.index_path, index)
         return self._stored(meta)
 
+    def _inherited(self, meta: dict, have: list[dict]) -> list[dict]:
+        """Cache entries ``meta["caches"]`` names that this publish does not carry, from the newest other record
+        of the same build key that holds them (a re-gated engine: its caches are in the store already)."""
+        names = {a["name"] for a in have}
+        if all(n in names for n in cache_names(meta)):
+            return []
+        index = self.index().data
+        bk = meta["build_key"]
+        siblings = sorted(((rec["seq"], k) for k, rec in index["artifacts"].items()
+                           if rec.get("build_key", k) == bk and k != record_id(meta)), reverse=True)
+        return inherited(meta, have, (self._read_meta(k, index).get("attachments") or [] for _, k in siblings))
+
     # ---- read --------------------------------------------------------------------------------------------
-    def _load_record(self, path: Path, build_key: str, *, full: bool) -> tuple[bytes, dict | None, str | None]:
+    def _load_record(self, path: Path, key: str, *, full: bool) -> tuple[bytes, dict | None, str | None]:
         """(bytes, parsed record or None, what is wrong with it or None)."""
         try:
             with open(path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
-            raise ArtifactNotFoundError(f"no artifact with build key {build_key} in {self.root}") from None
+            raise ArtifactNotFoundError(f"no record with record key {key} in {self.root}",
+                                        hint="`orchestrate ls` lists what is published") from None
         except OSError as e:
             raise StoreError(f"cannot read the record {path}: {e.strerror or e}",
                              hint="check the store directory's permissions and disk") from None
@@ -352,13 +438,13 @@ class LocalStore:
         except ValueError as e:  # includes UnicodeDecodeError
             reason = "it is empty" if not raw.strip() else f"not JSON: {str(e).splitlines()[0]}"
             return raw, None, reason
-        return raw, meta, _record_problem(meta, build_key, full=full)
+        return raw, meta, _record_problem(meta, key, full=full)
 
-    def _read_meta(self, build_key: str, index: dict) -> dict:
-        """The record of ``build_key``, checked against the digest the index holds for it."""
-        path = self._meta_path(build_key)
-        recorded = (index["artifacts"].get(build_key) or {}).get("meta_digest")
-        raw, meta, problem = self._load_record(path, build_key, full=recorded is None)
+    def _read_meta(self, key: str, index: dict) -> dict:
+        """The record of record key ``key``, checked against the digest the index holds for it."""
+        path = self._meta_path(key)
+        recorded = (index["artifacts"].get(key) or {}).get("meta_digest")
+        raw, meta, problem = self._load_record(path, key, full=recorded is None)
         if recorded is not None and _sha256(raw) != recorded:
             if problem is not None or meta is None:
                 raise self._damaged(path, problem or "unreadable")
@@ -438,30 +524,47 @@ class LocalStore:
         self._copy_verified(digest, Path(dest), meta["address"])
         return self._stored(meta)
 
-    def _copy_verified(self, digest: str, dest: Path, address: str) -> None:
+    def get_attachment(self, record: StoredArtifact, name: str, dest: Path) -> Path:
+        """Write the attachment ``name`` of ``record`` (a calibration or timing cache, a log) to ``dest``
+        atomically, its sha256 checked against the record as stored here."""
+        self._sweep()
+        index = self.index().data
+        key = record_id(record.metadata)
+        if key not in index["artifacts"]:
+            raise ArtifactNotFoundError(f"{record.metadata.get('address')}: no record with record key {key} in "
+                                        f"{self.root} (deleted since it was read?)",
+                                        hint="`orchestrate ls` lists what is published")
+        meta = self._read_meta(key, index)
+        entry = find_attachment(meta, name, str(self.root))
+        dest = Path(dest)
+        self._copy_verified(normalize_digest(str(entry["digest"])), dest, meta["address"],
+                            f"{entry.get('role', 'attachment')} {name}")
+        return dest
+
+    def _copy_verified(self, digest: str, dest: Path, address: str, what: str = "engine") -> None:
         """Copy the blob to a temp file next to ``dest``, hash the copy; rename only if the digest matches."""
         src = self.blob_path(digest)
         if not src.is_file():
-            raise IntegrityError(f"{address}: engine blob {digest} is missing from {self.blobs}",
+            raise IntegrityError(f"{address}: {what} blob {digest} is missing from {self.blobs}",
                                  hint="the store was damaged; republish this artifact")
         try:
             tmp, hexdigest, _ = stage_copy(src, dest.parent, dest)
         except DestinationError as e:
-            raise write_error(f"the engine of {address}", e) from None
+            raise write_error(f"the {what} of {address}", e) from None
         except OSError as e:
-            raise StoreError(f"{address}: cannot read the engine blob {src}: {e.strerror or e}",
+            raise StoreError(f"{address}: cannot read the {what} blob {src}: {e.strerror or e}",
                              hint="the store's disk or permissions failed; check them, or republish") from None
         actual = f"sha256:{hexdigest}"
         if actual != digest:
             os.unlink(tmp)
             raise IntegrityError(
-                f"{address}: engine {digest} failed its integrity check (stored bytes hash to {actual}); "
+                f"{address}: {what} {digest} failed its integrity check (stored bytes hash to {actual}); "
                 f"{dest} was not written",
                 hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
         try:
             commit(tmp, dest)
         except DestinationError as e:
-            raise write_error(f"the engine of {address}", e) from None
+            raise write_error(f"the {what} of {address}", e) from None
 
     def records(self, model: str | None = None) -> list[StoredArtifact]:
         """Newest first (publish order); only ``model``'s when given."""
@@ -477,11 +580,11 @@ class LocalStore:
         record edited after publishing still fails its check; records it never listed are taken as found."""
         known = (previous or {}).get("artifacts", {})
         metas = []
-        for build_key in sorted(self._recorded_keys()):
-            path = self._meta_path(build_key)
-            recorded = (known.get(build_key) or {}).get("meta_digest")
+        for key in sorted(self._recorded_keys()):
+            path = self._meta_path(key)
+            recorded = (known.get(key) or {}).get("meta_digest")
             try:
-                raw, meta, problem = self._load_record(path, build_key, full=recorded is None)
+                raw, meta, problem = self._load_record(path, key, full=recorded is None)
             except ArtifactNotFoundError:
                 continue  # removed meanwhile
             if problem is not None or meta is None:
@@ -496,7 +599,7 @@ class LocalStore:
                                                              f"{e})") from None
             metas.append((meta, recorded or _sha256(raw)))
         index = _empty_index()
-        for meta, meta_digest in sorted(metas, key=lambda m: (str(m[0].get("published_at", "")), m[0]["build_key"])):
+        for meta, meta_digest in sorted(metas, key=lambda m: (str(m[0].get("published_at", "")), record_id(m[0]))):
             _add_to_index(index, meta, meta_digest)
         return index
 
@@ -508,9 +611,11 @@ class LocalStore:
             atomic_write_json(self.index_path, self._rebuild(previous))
 
     def delete(self, digests: Iterable[str]) -> int:
-        """Remove the artifacts whose engine has one of ``digests`` (only via the retention command).
+        """Remove every record whose engine has one of ``digests`` (a re-gated engine has several; only via the
+        retention command).
 
-        Metadata and index go first, then blobs no remaining artifact references. Returns artifacts removed.
+        Metadata and index go first, then the blobs (engines, logs, caches) no remaining record references.
+        Returns the records removed.
         """
         wanted = {normalize_digest(d) for d in digests}
         with self._lock():

@@ -1,24 +1,36 @@
 """The ``oci`` store: any OCI registry (distribution, Harbor, GHCR, ...) over the distribution HTTP API.
 
 Layout. ``RegistryConfig.url`` is ``host[:port]/prefix``; each model gets a repository ``<prefix>/<model>``.
-One artifact = one OCI image manifest:
+One record (one engine = build key, with one set of gate verdicts = gate key) = one OCI image manifest:
 
 - config blob: the metadata JSON (``application/vnd.trt-orchestrator.metadata.v1+json``)
 - layer 0: the engine (``application/vnd.trt-orchestrator.engine.v1``, or ``...engine.v1.onnx`` for
-  onnxruntime engines), then the build log and extra files as further layers
+  onnxruntime engines), then the build log and extra files as further layers, then the attachments (calibration
+  and timing caches) with their own media types (``application/vnd.trt-orchestrator.calibration-cache.v1``,
+  ``...timing-cache.v1``); every layer but the engine carries its name (``org.opencontainers.image.title``) and
+  role (``io.trt-orchestrator.role``), as the metadata's ``attachments`` list does
 - manifest annotations ``io.trt-orchestrator.*`` (model, version, precision, profile, compute-capabilities,
-  builder, builder-version, build-key, content-digest, address, format, key-inputs, published-at)
-- tags: ``bk-<build key>`` (one per artifact, written once: what machines and the index use) and a readable
-  ``<version>-<precision>-<profile set>-<target slug>`` (for people; moves to the newest build of that
+  builder, builder-version, build-key, record-key, gate-key, gate-key-inputs, content-digest, address, format,
+  key-inputs, published-at); the key inputs are JSON
+- tags: ``bk-<record key>`` (one per record, written once: what machines and the index use) and a readable
+  ``<version>-<precision>-<profile set>-<target slug>`` (for people; moves to the newest record of that
   address + version). Digests are what ``get`` takes.
+
+Identity. The ``bk-`` tag names the record key (``metadata["record_key"]``). A record published before record keys
+has none: its identity, and its tag, is its build key, which is also the record key of a build key without a gate
+key, so registries written by older clients read unchanged (their manifests lack the record-key and gate-key
+annotations: read as "no gate key"). A re-gated engine (same build key, other gate settings) is a second
+manifest under its own ``bk-`` tag, with the same engine layer. ``get_attachment`` downloads one attachment layer,
+sha256-verified, under the operation's deadline. A re-gated record whose publisher hands no cache files over
+(its engine came from the store) references the cache layers of the earlier record of its build key.
 
 The index is computed by listing (the listing below, ``/v2/<repo>/tags/list``, one manifest GET per ``bk-`` tag),
 not kept as a separately tagged JSON document. Why: the distribution API has no conditional manifest PUT
 (no If-Match), so a read-modify-write index tag is last-writer-wins; "write then verify" still loses an entry
 when a third writer overwrites after the verify. With listing, every publisher writes only its own tags,
-so 8 concurrent publishers can neither lose nor duplicate anything. Two publishers of the *same* build key
+so 8 concurrent publishers can neither lose nor duplicate anything. Two publishers of the *same* record key
 race only on that tag: it ends on one manifest, the other becomes untagged and invisible; both calls then
-return what the tag points to. Cost: one manifest GET per artifact per index read (8 parallel requests,
+return what the tag points to. Cost: one manifest GET per record per index read (8 parallel requests,
 cached per store instance since ``bk-`` tags are immutable); a snapshot cache can be layered on later.
 
 Which repositories. ``/v2/_catalog`` is not in the OCI distribution spec and GHCR / Docker Hub do not serve it,
@@ -82,7 +94,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.contracts.store import ArtifactFiles, IndexEntry, StoredArtifact
+from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles, IndexEntry, StoredArtifact
 from orchestrator.core.model import RegistryConfig
 from orchestrator.digests import hash_file
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError, StoreUnavailableError
@@ -93,10 +105,26 @@ from orchestrator.metadata import (
     validate_metadata,
 )
 from trt_orchestrator_plugins.stores._atomic import DestinationError, atomic_writer, write_error
+from trt_orchestrator_plugins.stores._records import (
+    cache_mismatch,
+    cache_names,
+    check_attachments,
+    check_record_key,
+    expected_cache_digests,
+    find_attachment,
+    gate_key_of,
+    inherited,
+    record_id,
+)
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 LOG_MEDIA_TYPE = "application/vnd.trt-orchestrator.log.v1+text"
 EXTRA_MEDIA_TYPE = "application/vnd.trt-orchestrator.file.v1"
+CALIBRATION_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.calibration-cache.v1"
+TIMING_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.timing-cache.v1"
+ROLE_MEDIA_TYPES = {"log": LOG_MEDIA_TYPE, "extra": EXTRA_MEDIA_TYPE,
+                    "calibration-cache": CALIBRATION_CACHE_MEDIA_TYPE, "timing-cache": TIMING_CACHE_MEDIA_TYPE}
+TITLE = "org.opencontainers.image.title"
 ANN = "io.trt-orchestrator."
 BK_TAG = "bk-"
 _TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -202,12 +230,31 @@ class _Artifact:
     def annotations(self) -> dict:
         return self.manifest.get("annotations", {})
 
+    @property
+    def record_key(self) -> str:
+        """The record's identity: the record-key annotation, or the build key of a record from before them."""
+        a = self.annotations
+        return str(a.get(ANN + "record-key") or a[ANN + "build-key"])
+
     def entry(self) -> IndexEntry:
         a = self.annotations
         return IndexEntry(address=a[ANN + "address"], build_key=a[ANN + "build-key"],
                           key_inputs=json.loads(a.get(ANN + "key-inputs", "{}")), model=a[ANN + "model"],
                           version=a[ANN + "version"], digest=a[ANN + "content-digest"],
-                          published_at=a.get(ANN + "published-at", ""))
+                          published_at=a.get(ANN + "published-at", ""), gate_key=a.get(ANN + "gate-key", ""),
+                          gate_inputs=json.loads(a.get(ANN + "gate-key-inputs", "{}")),
+                          record_key=self.record_key)
+
+    def cache_layers(self) -> list[dict[str, Any]]:
+        """The cache attachments its manifest lists, as metadata ``attachments`` entries."""
+        roles = {m: r for r, m in ROLE_MEDIA_TYPES.items() if r in CACHE_ROLES}
+        out = []
+        for layer in self.manifest.get("layers", [])[1:]:
+            title = (layer.get("annotations") or {}).get(TITLE) if isinstance(layer, dict) else None
+            if isinstance(title, str) and layer.get("mediaType") in roles:
+                out.append({"name": title, "role": roles[layer["mediaType"]], "digest": layer.get("digest"),
+                            "size": layer.get("size")})
+        return out
 
 
 class OciIndex:
@@ -221,8 +268,9 @@ class OciIndex:
         return list(self._entries)
 
     def latest_by_address(self) -> dict[str, IndexEntry]:
+        """The newest publish per address (several records may share a build key: the newest one wins)."""
         latest: dict[str, IndexEntry] = {}
-        for e in sorted(self._entries, key=lambda e: (e.published_at, e.build_key)):
+        for e in sorted(self._entries, key=lambda e: (e.published_at, e.record_key)):
             latest[e.address] = e
         return latest
 
@@ -235,8 +283,7 @@ class OciIndex:
         return max(first, key=lambda v: (first[v], v)) if first else None
 
     def state_token(self) -> str:
-        lines = sorted(f"{a.repo}:{a.annotations.get(ANN + 'build-key')}@{a.manifest_digest}"
-                       for a in self.artifacts)
+        lines = sorted(f"{a.repo}:{a.record_key}@{a.manifest_digest}" for a in self.artifacts)
         return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
@@ -516,11 +563,13 @@ class OciStore:
             raise
         r.close()
 
-    def _download_blob(self, repo: str, digest: str, dest: Path, address: str) -> None:
+    def _download_blob(self, repo: str, digest: str, dest: Path, address: str, what: str = "engine") -> None:
         r = self._send("GET", f"/v2/{repo}/blobs/{digest}", stream=True, ok=(200, 404))
         if r.status_code == 404:
             r.close()
-            raise ArtifactNotFoundError(f"{address}: blob {digest} is missing from {self.host}/{repo}")
+            raise ArtifactNotFoundError(f"{address}: the {what} blob {digest} is missing from {self.host}/{repo}",
+                                        hint="the registry lost it (garbage-collected or damaged storage); "
+                                             "delete this record with the retention command and republish")
         requests = _requests()
         import urllib3
 
@@ -542,7 +591,7 @@ class OciStore:
                 actual = f"sha256:{w.hexdigest()}"
                 if actual != digest:
                     raise IntegrityError(
-                        f"{address}: engine {digest} failed its integrity check (downloaded bytes hash to "
+                        f"{address}: {what} {digest} failed its integrity check (downloaded bytes hash to "
                         f"{actual}); {dest} was not written",
                         hint=f"the blob in {self.host}/{repo} is corrupt; delete this artifact and republish it")
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
@@ -611,6 +660,11 @@ class OciStore:
         if not isinstance(meta, dict) or not isinstance(meta.get("engine"), dict):
             raise IntegrityError(f"{art.annotations.get(ANN + 'address', art.repo)}: metadata blob {cfg['digest']} "
                                  "is not an artifact record", hint="delete this artifact and republish it")
+        named = str(meta.get("record_key") or meta.get("build_key"))
+        if named != art.record_key:
+            raise IntegrityError(f"{art.annotations.get(ANN + 'address', art.repo)}: the metadata of "
+                                 f"{art.repo}@{art.manifest_digest} names record key {named[:64]!r}, its manifest "
+                                 f"{art.record_key}", hint="delete this artifact and republish it")
         return meta
 
     def _stored(self, art: _Artifact, meta: dict | None = None) -> StoredArtifact:
@@ -721,7 +775,19 @@ class OciStore:
                  for t in (self._paginated_or_none(f"/v2/{repo}/tags/list", "tags") or []) if t.startswith(BK_TAG)]
         with ThreadPoolExecutor(max_workers=8) as pool:
             found = list(pool.map(lambda p: self._resolve(*p), pairs))
-        return [a for a in found if a is not None and _is_artifact(a)]
+        out = []
+        for (repo, tag), art in zip(pairs, found):
+            if art is None or not _is_artifact(art):
+                continue
+            if tag != BK_TAG + art.record_key:  # a bk- tag names its record's key (else: moved or forged)
+                raise IntegrityError(
+                    f"registry {self.host}: the tag {repo}:{tag} holds the record of record key "
+                    f"{art.record_key[:64]!r}, not its own {tag[len(BK_TAG):]}",
+                    hint=f"bk- tags are written once and never moved: remove the tag {repo}:{tag} (or, where the "
+                         f"registry cannot delete a tag alone, the manifest {repo}@{art.manifest_digest} with its "
+                         "tags) and publish the affected artifacts again")
+            out.append(art)
+        return out
 
     def index(self) -> OciIndex:
         self._check_api()
@@ -733,14 +799,16 @@ class OciStore:
         meta.pop("published_at", None)
         meta.pop("attachments", None)
         validate_metadata(meta)
+        check_record_key(meta)
+        check_attachments(files)
         self._check_api()
         repo = self._repo(meta["model"]["name"])
         if repo == self._listing_repo():
             raise StoreError(f"model {meta['model']['name']!r} would be stored in {self.host}/{repo}, the repository "
                              "this store keeps its listing in", hint="rename the model")
-        tag = BK_TAG + meta["build_key"]
+        tag = BK_TAG + record_id(meta)
         existing = self._resolve(repo, tag)
-        if existing is not None:  # idempotent: this build key is already published; complete what a crash left
+        if existing is not None:  # idempotent: this record key is already published; complete what a crash left
             self._ensure_listed(repo)
             self._ensure_readable_tag(existing, readable_tag(meta))
             return self._stored(existing)
@@ -751,19 +819,30 @@ class OciStore:
                        lambda: self._upload_blob(repo, Path(files.engine), engine["digest"], engine["size"],
                                                  what=address), transfer_bytes=engine["size"])
         layers = [{"mediaType": engine["media_type"], "digest": engine["digest"], "size": engine["size"],
-                   "annotations": {"org.opencontainers.image.title": engine["filename"]}}]
-        attachments = []
-        for role, path in ([("log", files.log)] if files.log else []) + [("extra", p) for p in files.extra]:
-            path = Path(path)
-            hexdigest, size = hash_file(str(path))[0].split(":", 1)[1], path.stat().st_size
+                   "annotations": {TITLE: engine["filename"]}}]
+        attachments: list[dict[str, Any]] = []
+        expected = expected_cache_digests(meta)
+        named = ([(Path(files.log), "log", Path(files.log).name)] if files.log else []) \
+            + [(Path(p), "extra", Path(p).name) for p in files.extra] \
+            + [(Path(a.path), a.role, a.name) for a in files.attachments]
+        for path, role, name in named:
+            try:
+                hexdigest, size = hash_file(str(path))[0].split(":", 1)[1], path.stat().st_size
+            except OSError as e:
+                raise StoreError(f"{address}: cannot read {path}: {e.strerror or e}",
+                                 hint="check that the built file still exists and is readable") from None
             digest = f"sha256:{hexdigest}"
-            self._retrying(f"uploading {path.name} of {address}",
+            want = expected.get(name) if role in CACHE_ROLES else None
+            if want and digest != want[0]:
+                raise cache_mismatch(meta, path, digest, want=want)
+            self._retrying(f"uploading {name} of {address}",
                            functools.partial(self._upload_blob, repo, path, digest, size, what=address),
                            transfer_bytes=size)
-            attachments.append({"name": path.name, "role": role, "digest": digest, "size": size})
-            layers.append({"mediaType": LOG_MEDIA_TYPE if role == "log" else EXTRA_MEDIA_TYPE,
-                           "digest": digest, "size": size,
-                           "annotations": {"org.opencontainers.image.title": path.name}})
+            attachments.append({"name": name, "role": role, "digest": digest, "size": size})
+        attachments += self._inherited(repo, meta, attachments)
+        for a in attachments:
+            layers.append({"mediaType": ROLE_MEDIA_TYPES[a["role"]], "digest": a["digest"], "size": a["size"],
+                           "annotations": {TITLE: a["name"], ANN + "role": a["role"]}})
         meta["published_at"] = utc_now()
         if attachments:
             meta["attachments"] = attachments
@@ -779,19 +858,31 @@ class OciStore:
             "annotations": _annotations(meta),
         }
         raw = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-        # Listed first, then the readable tag (people only, moves), then the bk- tag: the artifact's identity and
+        # Listed first, then the readable tag (people only, moves), then the bk- tag: the record's identity and
         # the commit point. Reads use bk- tags only, so a crash before it leaves nothing half-visible, and the
         # rerun (no bk- tag yet) writes everything again.
         self._ensure_listed(repo)
         self._retrying(f"tagging {address}", lambda: self._put_manifest(repo, readable_tag(meta), raw))
         self._retrying(f"publishing {address}", lambda: self._put_manifest(repo, tag, raw))
-        # Re-read: if another publisher of the same build key wrote the tag after us, theirs is the artifact.
+        # Re-read: if another publisher of the same record key wrote the tag after us, theirs is the record.
         self._resolved.pop((repo, tag), None)
         art = self._resolve(repo, tag)
         ours = "sha256:" + hashlib.sha256(raw).hexdigest()
         if art is None:
             raise StoreError(f"{address}: tag {repo}:{tag} vanished right after it was written")
         return self._stored(art, meta if art.manifest_digest == ours else None)
+
+    def _inherited(self, repo: str, meta: dict, have: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Cache layers ``meta["caches"]`` names that this publish does not carry, from the newest other record
+        of the same build key in ``repo`` (a re-gated engine: its caches are in the registry already)."""
+        names = {a["name"] for a in have}
+        if all(n in names for n in cache_names(meta)):
+            return []
+        siblings = sorted((a for a in self._list_artifacts([repo])
+                           if a.annotations.get(ANN + "build-key") == meta["build_key"]
+                           and a.record_key != record_id(meta)),
+                          key=lambda a: a.annotations.get(ANN + "published-at", ""), reverse=True)
+        return inherited(meta, have, (a.cache_layers() for a in siblings))
 
     def _ensure_readable_tag(self, art: _Artifact, tag: str) -> None:
         """Re-create a readable tag a crash left unwritten (an existing one, maybe a newer build's, stays)."""
@@ -822,6 +913,25 @@ class OciStore:
             raise write_error(f"the engine of {address}", e) from None
         return self._stored(art)
 
+    def get_attachment(self, record: StoredArtifact, name: str, dest: Path) -> Path:
+        """Download the attachment ``name`` of ``record`` (a calibration or timing cache, a log) to ``dest``
+        atomically, its sha256 checked against the record, within the operation's deadline."""
+        meta = record.metadata
+        self._check_api()
+        repo = self._repo(str(meta["model"]["name"]))
+        entry = find_attachment(meta, name, f"{self.host}/{repo}")
+        digest = _normalize_digest(str(entry.get("digest")))
+        size = entry.get("size") if isinstance(entry.get("size"), int) else 0
+        address = str(meta.get("address", repo))
+        what = f"{entry.get('role', 'attachment')} {name}"
+        dest = Path(dest)
+        try:
+            self._retrying(f"downloading {what} of {address}",
+                           lambda: self._download_blob(repo, digest, dest, address, what), transfer_bytes=size)
+        except DestinationError as e:
+            raise write_error(f"the {what} of {address}", e) from None
+        return dest
+
     def records(self, model: str | None = None) -> list[StoredArtifact]:
         """Newest first. One repository per model, so asking for a model reads only that repository."""
         self._check_api()
@@ -832,8 +942,10 @@ class OciStore:
             return list(pool.map(self._stored, arts))
 
     def delete(self, digests: Iterable[str]) -> int:
-        """Delete the manifests of artifacts with these engine digests (their tags go with them); the
-        registry's garbage collector reclaims blobs. Only via the retention command."""
+        """Delete the manifests of every record with one of these engine digests (a re-gated engine has several;
+        their tags go with them); the registry's garbage collector reclaims the blobs no manifest references any
+        more (engines, logs, caches), as the distribution spec leaves blob lifetime to it. Only via the
+        retention command."""
         wanted = {_normalize_digest(d) for d in digests}
         self._check_api()
         doomed = [a for a in self._list_artifacts() if a.annotations.get(ANN + "content-digest") in wanted]
@@ -857,6 +969,10 @@ def _annotations(meta: dict) -> dict[str, str]:
         ANN + "builder": meta["builder"]["name"],
         ANN + "builder-version": meta["builder"]["version"],
         ANN + "build-key": meta["build_key"],
+        ANN + "record-key": record_id(meta),
+        ANN + "gate-key": gate_key_of(meta),
+        ANN + "gate-key-inputs": json.dumps((meta.get("gates") or {}).get("key_inputs") or {}, sort_keys=True,
+                                            separators=(",", ":")),
         ANN + "content-digest": meta["engine"]["digest"],
         ANN + "address": meta["address"],
         ANN + "format": "onnx" if meta["engine"]["media_type"] == ONNX_ENGINE_MEDIA_TYPE else "tensorrt-plan",
@@ -871,9 +987,12 @@ def _is_artifact(art: _Artifact) -> bool:
     a = art.annotations
     if not isinstance(a, dict) or not all(isinstance(a.get(ANN + k), str) for k in _REQUIRED_ANNOTATIONS):
         return False
+    if not all(isinstance(a.get(ANN + k, ""), str) for k in ("record-key", "gate-key", "published-at")):
+        return False
     try:
-        return isinstance(json.loads(a.get(ANN + "key-inputs", "{}")), dict)
-    except ValueError:
+        return (isinstance(json.loads(a.get(ANN + "key-inputs", "{}")), dict)
+                and isinstance(json.loads(a.get(ANN + "gate-key-inputs", "{}")), dict))
+    except (TypeError, ValueError):
         return False
 
 

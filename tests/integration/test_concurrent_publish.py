@@ -54,7 +54,7 @@ def run_publishers(kind: str, target: str, workdir: Path) -> None:
 
 def expected(workdir: Path) -> tuple[set[str], set[str]]:
     metas = [make_artifact(workdir / "expect" / f"c{i}", size=256 * 1024, **c).metadata for i, c in enumerate(CELLS)]
-    return {m["build_key"] for m in metas}, {m["engine"]["digest"] for m in metas}
+    return {m["record_key"] for m in metas}, {m["engine"]["digest"] for m in metas}
 
 
 @pytest.mark.integration
@@ -68,7 +68,7 @@ def test_eight_processes_to_local_store(tmp_path):
     store = LocalStore(RegistryConfig(store="local", path=str(root)))
     index = store.index().data
     assert set(index["artifacts"]) == keys
-    assert index["seq"] == len(keys)  # each build key added to the index exactly once
+    assert index["seq"] == len(keys)  # each record key added to the index exactly once
     assert {p.stem for p in (root / "meta").glob("*.json")} == keys
     assert {e.digest for e in store.index().latest_by_address().values()} <= digests
     assert len(store.index().latest_by_address()) == len({m.metadata["address"] for m in store.records()}) == 6
@@ -92,7 +92,7 @@ def test_eight_processes_to_registry(registry, tmp_path):
     keys, digests = expected(tmp_path)
     store = OciStore(RegistryConfig(store="oci", url=url, insecure=True))
     entries = store.index().entries()
-    assert sorted(e.build_key for e in entries) == sorted(keys)  # exactly once each
+    assert sorted(e.record_key for e in entries) == sorted(keys)  # exactly once each
     assert {e.digest for e in entries} == digests
     assert len(store.index().latest_by_address()) == 6
     for tag_list in (store._paginated(f"/v2/conc/{m}/tags/list", "tags") for m in ("det", "rec")):

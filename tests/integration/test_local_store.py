@@ -36,7 +36,7 @@ def test_publish_then_pull_by_address_and_by_digest(store, tmp_path):
     meta = files.metadata
     assert stored.digest == meta["engine"]["digest"]
     assert stored.metadata["attachments"][0]["role"] == "log"
-    assert (store.root / "meta" / f"{meta['build_key']}.json").exists()
+    assert (store.root / "meta" / f"{meta['record_key']}.json").exists()  # a record is named by its record key
     hexes = sorted(p.name for p in store.blobs.iterdir())
     assert hexes == sorted(d.split(":")[1] for d in (stored.digest, stored.metadata["attachments"][0]["digest"]))
 
@@ -190,7 +190,7 @@ def test_a_crash_between_record_and_index_never_hides_the_artifact(store, tmp_pa
 def test_metadata_edited_after_publishing_is_refused_not_served(store, tmp_path):
     fp16 = store.put(make_artifact(tmp_path / "a", precision="fp16"))
     fp32 = store.put(make_artifact(tmp_path / "b", precision="fp32", seed=1))
-    path = store.root / "meta" / f"{fp32.metadata['build_key']}.json"
+    path = store.root / "meta" / f"{fp32.metadata['record_key']}.json"
     meta = json.loads(path.read_text())
     meta["engine"]["digest"] = fp16.digest  # point the fp32 record at the fp16 engine
     path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

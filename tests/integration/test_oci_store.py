@@ -72,7 +72,7 @@ def test_onnxruntime_engine_media_type_and_idempotent_republish(registry, tmp_pa
     assert again.digest == first.digest and again.location == first.location
     assert oci(registry, "t2").index().state_token() == token
     assert len(store.records()) == 1
-    _, manifest = store._get_manifest("t2/cls", "bk-" + files.metadata["build_key"])
+    _, manifest = store._get_manifest("t2/cls", "bk-" + files.metadata["record_key"])  # the record key's tag
     assert manifest["layers"][0]["mediaType"] == ONNX_ENGINE_MEDIA_TYPE
     assert manifest["annotations"]["io.trt-orchestrator.format"] == "onnx"
 

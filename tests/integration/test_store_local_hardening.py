@@ -179,7 +179,7 @@ def test_item8_a_damaged_index_is_repaired_from_the_records(damage, tmp_path):
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stdout, proc.stderr)
         assert meta["address"] in proc.stdout or meta["engine"]["digest"][:19] in proc.stdout, proc.stdout
     assert out.read_bytes() == (tmp_path / "b" / f"{meta['build_key'][:12]}.onnx").read_bytes()
-    assert set(json.loads(index.read_bytes())["artifacts"]) == {meta["build_key"]}  # written back, repaired
+    assert set(json.loads(index.read_bytes())["artifacts"]) == {meta["record_key"]}  # written back, repaired
 
 
 _RECORD_DAMAGE = {
@@ -196,7 +196,7 @@ _RECORD_DAMAGE = {
 @pytest.mark.parametrize("damage", list(_RECORD_DAMAGE))
 def test_item8_a_damaged_record_is_a_located_error(damage, index, tmp_path):
     root, meta = _store_with_one_artifact(tmp_path)
-    record = root / "meta" / f"{meta['build_key']}.json"
+    record = root / "meta" / f"{meta['record_key']}.json"
     record.write_bytes(_RECORD_DAMAGE[damage](record.read_bytes()))
     if index == "lost":
         (root / "index.json").unlink()

@@ -274,7 +274,7 @@ def test_item4_a_rerun_completes_a_publish_killed_between_its_manifest_puts(mode
         oci(registry.host, prefix).get(art.digest, tmp_path / "meanwhile.plan")
     stored = oci(registry.host, prefix).put(files)  # the rerun
     store = oci(registry.host, prefix)
-    by_key = store._get_manifest(repo, "bk-" + files.metadata["build_key"])
+    by_key = store._get_manifest(repo, "bk-" + files.metadata["record_key"])
     readable = store._get_manifest(repo, readable_tag(files.metadata))
     assert by_key is not None, "the build-key tag is missing after the rerun"
     assert readable is not None, "the readable tag is missing after the rerun"

@@ -1,0 +1,123 @@
+"""`orchestrate ls` and `orchestrate show` on a terminal and as JSON: published records, the caches published with
+them, a record's caches and attachments. Registry text is data, never markup: every value goes through ``clean``
+(control characters escaped, one line) into a ``rich.text.Text``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, record_key_of
+
+
+def _short(digest: object) -> str:
+    return str(digest or "-")[:19]
+
+
+def _size(n: object) -> str:
+    return f"{n} B" if isinstance(n, int) and not isinstance(n, bool) else "-"
+
+
+def record_row(meta: Mapping[str, Any]) -> list[str]:
+    gates = meta.get("gates") or {}
+    return [str(meta["address"]), str(meta["model"]["version"]),
+            f"{meta['builder']['name']} {meta['builder']['version']}",
+            str(gates.get("status", "?")) + (" (published ungated)" if gates.get("ungated_publish_allowed") else ""),
+            f"{meta['engine']['size'] / 1e6:.1f} MB", _short(meta["engine"]["digest"]), record_key_of(meta)[:12],
+            str(meta.get("published_at", ""))]
+
+
+def record_json(meta: Mapping[str, Any]) -> dict[str, Any]:
+    gates = meta.get("gates") or {}
+    return {"address": meta["address"], "version": meta["model"]["version"], "digest": meta["engine"]["digest"],
+            "size": meta["engine"]["size"], "builder": meta["builder"], "gates": gates.get("status"),
+            "build_key": meta["build_key"], "gate_key": gates.get("key") or None,
+            "record_key": record_key_of(meta), "published_at": meta.get("published_at"),
+            "caches": _record_caches(meta)}
+
+
+def _record_caches(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Which caches a record links: the calibration cache's digest, the timing cache's scope and digest."""
+    caches = meta.get("caches") or {}
+    calib = caches.get("calibration") if isinstance(caches.get("calibration"), Mapping) else None
+    timing = caches.get("timing") if isinstance(caches.get("timing"), Mapping) else None
+    attached = {a.get("name"): a.get("digest") for a in meta.get("attachments") or () if isinstance(a, Mapping)}
+    return {"calibration": calib.get("digest") if calib else None,
+            "timing": {"scope": timing.get("scope"),
+                       "digest": attached.get(timing.get("name")) or timing.get("written") or timing.get("read")}
+            if timing else None}
+
+
+def listing_json(listing: Listing, metas: list[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"artifacts": [record_json(m) for m in metas],
+            "caches": {"calibration": [c.to_json() for c in listing.calibration],
+                       "timing": [t.to_json() for t in listing.timing]}}
+
+
+def _calibration_row(c: CalibrationCache) -> list[str]:
+    return ["calibration", c.name or "-", _short(c.digest), f"key {c.key[:12] or '-'}", _size(c.size),
+            f"{len(c.engines)} engine(s)" + ("" if c.stored else " (file not published)")]
+
+
+def _timing_row(t: TimingCache) -> list[str]:
+    return ["timing", t.name or "-", _short(t.digest), t.scope or "-", _size(t.size),
+            f"{len(t.engines)} engine(s)" + (", pinned" if t.pinned else "") + ("" if t.stored else
+                                                                                 " (file not published)")]
+
+
+def render_listing(listing: Listing, metas: list[Mapping[str, Any]], console: Console,
+                   clean: Callable[[str], str]) -> None:
+    table = Table("address", "version", "builder", "gates", "size", "digest", "record", "published", box=None,
+                  header_style="bold")
+    for m in metas:
+        table.add_row(*(Text(clean(cell)) for cell in record_row(m)))
+    console.print(table)
+    engines = len({str(m["engine"]["digest"]) for m in metas})
+    console.print(f"{len(metas)} artifact(s)" + (f" ({engines} engine(s))" if engines != len(metas) else ""))
+    if not (listing.calibration or listing.timing):
+        return
+    caches = Table("cache", "name", "digest", "key / scope", "size", "linked by", box=None, header_style="bold")
+    for row in [_calibration_row(c) for c in listing.calibration] + [_timing_row(t) for t in listing.timing]:
+        caches.add_row(*(Text(clean(cell)) for cell in row))
+    console.print()
+    console.print(caches)
+    console.print(f"{len(listing.calibration)} calibration cache(s), {len(listing.timing)} timing cache(s)")
+
+
+def _caches_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    caches = meta.get("caches") or {}
+    out = []
+    calib = caches.get("calibration")
+    if isinstance(calib, Mapping):
+        out.append(("calibration", f"{calib.get('name') or '-'} {calib.get('digest')} (key "
+                                   f"{str(calib.get('key') or '-')[:12]}, {calib.get('calibrator') or 'calibrator ?'}, "
+                                   f"{_size(calib.get('size'))})"))
+    timing = caches.get("timing")
+    if isinstance(timing, Mapping):
+        out.append(("timing", f"{timing.get('name') or '(not published)'} scope {timing.get('scope') or '-'}; read "
+                              f"{_short(timing.get('read'))}, written {_short(timing.get('written'))}"
+                              + (", pinned" if timing.get("pinned") else "")))
+    return out
+
+
+def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[str], str]) -> None:
+    gates = meta.get("gates") or {}
+    lines: list[tuple[str, object]] = [
+        ("address", meta["address"]), ("model", f"{meta['model']['name']} {meta['model']['version']}"),
+        ("engine", f"{meta['engine']['digest']} ({meta['engine']['size']} bytes)"),
+        ("builder", f"{meta['builder']['name']} {meta['builder']['version']}"),
+        ("target", meta["target"]), ("record key", record_key_of(meta)), ("build key", meta["build_key"]),
+        ("gate key", gates.get("key") or "(none: published before gate keys)"),
+        ("gates", gates.get("status")), ("runner", meta["runner"].get("gpus") or "no GPU"),
+        ("manifest", meta["manifest"]), ("published", meta.get("published_at"))]
+    lines += _caches_lines(meta)
+    for label, value in lines:
+        console.print(Text.assemble((f"{label:>11}", "bold"), "  ", clean(str(value))), highlight=False)
+    for a in meta.get("attachments") or ():
+        if isinstance(a, Mapping):
+            text = f"{a.get('role')}  {a.get('name')}  {a.get('digest')}  {_size(a.get('size'))}"
+            console.print(Text.assemble((f"{'attachment':>11}", "bold"), "  ", clean(text)), highlight=False)
