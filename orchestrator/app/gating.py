@@ -9,7 +9,7 @@ from typing import Any
 from orchestrator import plugins
 from orchestrator.app.pipeline import Prepared, cells_in_scope, no_events, registry_index, runtime_of, runtime_reason
 from orchestrator.app.project import Project
-from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
 from orchestrator.core.plan import Plan
@@ -23,16 +23,30 @@ def _gate_nodes(project: Project, cells: Iterable[Cell]) -> list[str]:
             if nid in project.graph.nodes]
 
 
-def _baseline(project: Project, cell: Cell, model: Model) -> dict[str, Any] | None:
-    """The benchmark verdict of the last published engine at this address, when a regression bound is set."""
+def _baseline(project: Project, cell: Cell, model: Model, fingerprint: RunnerFingerprint) -> dict[str, Any] | None:
+    """The benchmark verdict of the last engine published at this address that was benchmarked on this runner's
+    GPU model (``runner_facts``' ``gpu``: None for a CPU engine), when a regression bound is set. Timings of another
+    GPU model are no baseline: none on this model, no regression check. A record from before benchmark verdicts
+    named their GPU is judged by the GPU of the runner that built it."""
     if model.gate.benchmark.max_regression_pct is None:
         return None
     if cell.address not in registry_index(project).latest_by_address():
         return None
+    here = runner_facts("gate:benchmark", cell, fingerprint).get("gpu")
     store = plugins.open_store(project.registry)
     for artifact in select(store.records(cell.model), lambda a: a.metadata, address=cell.address):
         bench = (artifact.metadata.get("gates") or {}).get("benchmark")
-        if bench and bench.get("verdict"):
+        if not (bench and bench.get("verdict")):
+            continue
+        facts = bench.get("runner")
+        if isinstance(facts, dict):
+            timed_on = facts.get("gpu")
+        elif cell.target.device == "cpu":
+            timed_on = None
+        else:
+            gpus = (artifact.metadata.get("runner") or {}).get("gpus") or []
+            timed_on = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+        if timed_on == here or (here is not None and same_gpu_model(timed_on, here)):
             verdict: dict[str, Any] = bench["verdict"]
             return verdict
     return None
@@ -47,15 +61,22 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
     selected = set(_gate_nodes(project, cells))
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
 
+    def facts(node: Node) -> dict[str, Any]:
+        return runner_facts(node.kind, project.graph.cell(str(node.address)), runner)
+
+    def reuse(node: Node, result: dict[str, Any]) -> bool:
+        # a verdict is reused only from this runtime (and reference) version, and for a benchmark this GPU model
+        return bool((result.get("data") or {}).get("runner") == facts(node))
+
     def prepare_task(node: Node) -> Prepared:
         cell = project.graph.cell(str(node.address))
         reason = runtime_reason(cell, runner)
         if reason:
             return None, StepOutcome(status="pending", reason=f"gate pending: {reason}")
         model = project.models[cell.model]
-        baseline = _baseline(project, cell, model) if node.kind == "gate:benchmark" else None
+        baseline = _baseline(project, cell, model, runner) if node.kind == "gate:benchmark" else None
         return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
-                           baseline=baseline), None
+                           baseline=baseline, runner=facts(node)), None
 
     def needs_gpu(node: Node) -> bool:
         return project.graph.cell(str(node.address)).target.device != "cpu"
@@ -64,8 +85,23 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
     executor = Executor(workspace=project.workspace,
                         steps={"gate:parity": step_parity, "gate:benchmark": step_benchmark},
                         prepare_task=prepare_task, jobs=jobs or 1, keep_going=True, needs_gpu=needs_gpu,
-                        on_event=on_event or no_events, in_process=in_process)
+                        on_event=on_event or no_events, in_process=in_process, reuse=reuse)
     return executor.run(project.graph.nodes, project.graph.order, selected)
+
+
+def runner_facts(kind: str, cell: Cell, runner: RunnerFingerprint) -> dict[str, Any]:
+    """What of the gate runner a verdict depends on beyond its gate key: the runtime version that ran the engine,
+    the reference runtime's (parity), the GPU model (benchmark). Recorded with the verdict; a cached verdict with
+    other facts is not reused."""
+    runtime = runtime_of(cell)
+    out: dict[str, Any] = {"runtime": runtime, "version": runner.runtime_version(runtime)}
+    if kind == "gate:parity":
+        out["reference"] = runner.runtime_version(plugins.REFERENCE_RUNTIME)
+    if kind == "gate:benchmark":
+        gpu = runner.gpus[0] if runner.gpus and cell.target.device != "cpu" else None
+        out["gpu"] = gpu.name if gpu else None
+        out["platform"] = runner.platform
+    return out
 
 
 def failed_gates(summary: RunSummary) -> list[str]:

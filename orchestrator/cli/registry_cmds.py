@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from orchestrator.app import deploy, pipeline
@@ -14,6 +13,7 @@ from orchestrator.app.project import registry_of
 from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json
 from orchestrator.cli.plan_cmds import one_line
+from orchestrator.cli.render import registry as render_registry
 from orchestrator.cli.render.progress import ProgressView
 from orchestrator.core.model import RegistryConfig
 
@@ -58,35 +58,20 @@ def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir)
     return finish(summary, "publish", as_json, project)
 
 
-def _row(meta: dict) -> list[str]:
-    gates = meta.get("gates", {})
-    return [meta["address"], meta["model"]["version"], meta["builder"]["name"] + " " + meta["builder"]["version"],
-            gates.get("status", "?") + (" (published ungated)" if gates.get("ungated_publish_allowed") else ""),
-            f"{meta['engine']['size'] / 1e6:.1f} MB", meta["engine"]["digest"][:19], meta.get("published_at", "")]
-
-
 @click.command(name="ls")
 @manifests_argument
 @registry_option
 @click.option("--model", help="Only this model.")
 @json_option
 def ls_cmd(manifests, registry, model, as_json):
-    """List published artifacts."""
-    found = registry_verbs.list_artifacts(registry_from(registry, manifests), model=model)
-    metas = [a.metadata for a in (found if model else reversed(found))]  # the whole registry: oldest first
+    """List published artifacts and the calibration and timing caches published with them."""
+    found = registry_verbs.listing(registry_from(registry, manifests), model=model)
+    # one model: newest first; the whole registry: oldest first
+    metas = [a.metadata for a in (found.artifacts if model else reversed(found.artifacts))]
     if as_json:
-        print_json({"artifacts": [{"address": m["address"], "version": m["model"]["version"],
-                                   "digest": m["engine"]["digest"], "size": m["engine"]["size"],
-                                   "builder": m["builder"], "gates": m.get("gates", {}).get("status"),
-                                   "build_key": m["build_key"], "published_at": m.get("published_at")}
-                                  for m in metas]})
+        print_json(render_registry.listing_json(found, metas))
         return
-    table = Table("address", "version", "builder", "gates", "size", "digest", "published", box=None,
-                  header_style="bold")
-    for m in metas:
-        table.add_row(*(Text(one_line(str(cell))) for cell in _row(m)))  # registry text is data, never markup
-    console().print(table)
-    console().print(f"{len(metas)} artifact(s)")
+    render_registry.render_listing(found, metas, console(), one_line)  # registry text is data, never markup
 
 
 @click.command()
@@ -95,19 +80,12 @@ def ls_cmd(manifests, registry, model, as_json):
 @registry_option
 @json_option
 def show(ref, manifests, registry, as_json):
-    """Show one artifact's metadata, by address or engine digest (sha256:…)."""
+    """Show one record's metadata, its caches and attachments: by address, engine digest (sha256:…) or record key."""
     meta = registry_verbs.show(registry_from(registry, manifests), ref).metadata
     if as_json:
-        print_json(meta)
+        print_json(meta)  # the whole record: caches and attachments included
         return
-    for label, value in (("address", meta["address"]), ("model", f"{meta['model']['name']} {meta['model']['version']}"),
-                         ("engine", f"{meta['engine']['digest']} ({meta['engine']['size']} bytes)"),
-                         ("builder", f"{meta['builder']['name']} {meta['builder']['version']}"),
-                         ("target", meta["target"]), ("build key", meta["build_key"]),
-                         ("gates", meta.get("gates", {}).get("status")), ("runner", meta["runner"].get("gpus") or
-                                                                           "no GPU"),
-                         ("manifest", meta["manifest"]), ("published", meta.get("published_at"))):
-        console().print(Text.assemble((f"{label:>10}", "bold"), "  ", one_line(str(value))), highlight=False)
+    render_registry.render_record(meta, console(), one_line)
 
 
 @click.command()
@@ -116,28 +94,45 @@ def show(ref, manifests, registry, as_json):
 @click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
 @click.option("--profile", default=None, help="Profile set name.")
 @click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
+@click.option("--gpu-model", default=None, metavar="MODEL",
+              help="The declared GPU's model as nvidia-smi names it ('NVIDIA L4'), with --gpu: engines built on it "
+                   "rank first, gpu_match: sku engines need it.")
+@click.option("--platform", "platform_", default=None, metavar="OS/ARCH[/VARIANT]",
+              help="The deployment's platform: linux/x86_64, windows/x86_64, linux/aarch64, linux/aarch64/l4t36.4 "
+                   "(Jetson) [default: this machine's].")
 @click.option("--runtime", default="auto", show_default=True,
               help="auto (installed), or the deployment's runtime: trt10.13[.3.9], rtx1.7, ort1.31.")
+@click.option("--lean-runtime", default=None, metavar="PATH",
+              help="The TensorRT lean runtime library the deployment loads (libnvinfer_lean.so.X.Y.Z): needed by "
+                   "version-compatible engines built without their lean runtime.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None, help="Write the engine here.")
 @registry_option
 @click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this manifest's registry.")
 @json_option
-def pull(model, version, precision, profile, gpu, runtime, out, registry, manifest, as_json):
-    """Pick the published engine that can run on this GPU and runtime, verify it, and write it out."""
+def pull(model, version, precision, profile, gpu, gpu_model, platform_, runtime, lean_runtime, out, registry, manifest,
+         as_json):
+    """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out."""
     config = registry_from(registry, (manifest,) if manifest else ())
     result = deploy.pull(model, registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
-                         runtime=runtime, out=out)
+                         runtime=runtime, out=out, platform=platform_, gpu_model=gpu_model, lean_runtime=lean_runtime)
     meta = result.metadata
+    lean = ({"version": result.lean_runtime,
+             "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
+            if result.lean_runtime else None)
     if as_json:
         print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
-                    "digest": meta["engine"]["digest"], "reason": result.reason, "metadata": meta,
+                    "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
+                    "lean_runtime": lean, "metadata": meta,
                     "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
         return
     console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
                                   f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
     if result.path:
         console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
+    if lean:
+        console().print(Text(f"the deployment must load the TensorRT {one_line(str(lean['version']))} lean runtime"
+                             f" ({one_line(str(lean['path']))})"))
     for who, why in result.rejections:
         console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
 

@@ -1,7 +1,7 @@
 """A runner's fingerprint as plain data: what the machine is (GPUs, compute capability, driver, the runtimes
-installed, OS/arch). Detection lives at the edge (``orchestrator.hardware``, asking each runtime plugin what of
-it is installed); "no GPU" is a valid fingerprint. The core names no runtime: ``runtimes`` is keyed by the
-runtime plugins' own names."""
+installed, OS/arch and, on a Jetson, its L4T release: together its platform, ``core.platform``). Detection lives
+at the edge (``orchestrator.hardware``, asking each runtime plugin what of it is installed); "no GPU" is a valid
+fingerprint. The core names no runtime: ``runtimes`` is keyed by the runtime plugins' own names."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from orchestrator.core.platform import platform_text
 from orchestrator.errors import UsageError
 
 _CC_SPEC = re.compile(r"^(?:sm_?(?P<sm>[0-9]{2,3})|(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])|(?P<digits>[0-9]{2,3}))$")
@@ -20,6 +21,21 @@ _GPU_CC = {"b200": "10.0", "gb200": "10.0", "b100": "10.0", "h200": "9.0", "gh20
            "rtx6000ada": "8.9", "t4": "7.5", "v100": "7.0", "p100": "6.0", "orin": "8.7", "rtx5090": "12.0",
            "5090": "12.0", "rtx5080": "12.0", "rtx4090": "8.9", "4090": "8.9", "rtx4080": "8.9", "rtx4070": "8.9",
            "rtx3090": "8.6", "3090": "8.6", "rtx3080": "8.6", "rtx2080": "7.5"}
+# The name of a GPU declared by compute capability only (`pull --gpu sm89`): it has no model.
+DECLARED_PREFIX = "declared "
+
+
+def same_gpu_model(a: str | None, b: str | None) -> bool:
+    """Whether two GPU model names (NVML's, or declared) name one model: case and spacing aside."""
+    if not a or not b:
+        return False
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def _gpu_key(name: str) -> str:
+    """``NVIDIA GeForce RTX 4090`` -> ``rtx4090``: a GPU name as ``_GPU_CC`` knows it."""
+    text = re.sub(r"[\s_-]+", "", name.lower())
+    return text.removeprefix("nvidia").removeprefix("geforce").removeprefix("tesla")
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,19 @@ class RunnerFingerprint:
     # runtime plugin name -> what is installed; absent: not installed
     runtimes: Mapping[str, InstalledRuntime] = field(default_factory=dict, hash=False)
     labels: tuple[str, ...] = ()
+    l4t: str | None = None  # the L4T release on a Jetson ("36.4"): its platform variant; None elsewhere
+
+    @property
+    def platform(self) -> str:
+        """``linux/x86_64``, ``linux/aarch64/l4t36.4`` (``core.platform``); an OS or architecture this tool does
+        not know is kept as reported, so it matches no engine rather than a wrong one."""
+        return platform_text(self.os, self.arch, f"l4t{self.l4t}" if self.l4t else None)
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The first GPU's model (SKU) as NVML names it ("NVIDIA L4"), or None: no GPU, or a declared one
+        whose model was not declared."""
+        return self.gpus[0].name if self.gpus and not self.gpus[0].name.startswith(DECLARED_PREFIX) else None
 
     @property
     def compute_capability(self) -> str | None:
@@ -81,17 +110,35 @@ class RunnerFingerprint:
             runtimes[name] = installed
         return replace(self, runtimes=dict(sorted(runtimes.items())))
 
+    def with_gpu_model(self, model: str) -> RunnerFingerprint:
+        """The same runner with its first GPU named ``model`` (a deployment's declared GPU model, `--gpu-model`);
+        a ``UsageError`` when there is no GPU to name."""
+        name = " ".join(model.split())
+        if not self.gpus:
+            raise UsageError("--gpu-model names the deployment's GPU, but it has none",
+                             hint="declare its compute capability too: --gpu sm89 --gpu-model 'NVIDIA L4'")
+        if not name or name.lower().startswith(DECLARED_PREFIX):
+            raise UsageError(f"unreadable --gpu-model {model!r}",
+                             hint="the GPU model as nvidia-smi names it, e.g. --gpu-model 'NVIDIA L4'")
+        known = _GPU_CC.get(_gpu_key(name))
+        if known is not None and known != self.gpus[0].compute_capability:
+            raise UsageError(f"--gpu-model {name!r} has compute capability {known}, not the declared "
+                             f"{self.gpus[0].compute_capability}",
+                             hint=f"declare --gpu sm{known.replace('.', '')} with it, or the model that is meant")
+        return replace(self, gpus=(replace(self.gpus[0], name=name), *self.gpus[1:]))
+
     def describe(self) -> str:
-        """``NVIDIA H100 (CC 9.0); tensorrt 10.13.3.9, onnxruntime absent``-style one-liner for messages."""
+        """``NVIDIA H100 (CC 9.0) on linux/x86_64; tensorrt 10.13.3.9``-style one-liner for messages."""
         gpu = f"{self.gpus[0].name} (CC {self.compute_capability})" if self.gpus else "no GPU"
+        where = f" on {self.platform}" if self.os or self.arch else ""
         installed = ", ".join(f"{name} {rt.version}" for name, rt in sorted(self.runtimes.items()))
-        return f"{gpu}; {installed or 'no runtime installed'}"
+        return f"{gpu}{where}; {installed or 'no runtime installed'}"
 
     def to_json(self) -> dict[str, Any]:
         return {"os": self.os, "arch": self.arch, "gpus": [g.to_json() for g in self.gpus],
                 "driver_version": self.driver_version, "cuda_driver_version": self.cuda_driver_version,
                 "runtimes": {name: rt.to_json() for name, rt in sorted(self.runtimes.items())},
-                "labels": list(self.labels)}
+                "labels": list(self.labels), "l4t": self.l4t}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunnerFingerprint:
@@ -100,7 +147,8 @@ class RunnerFingerprint:
                     for name, rt in (data.get("runtimes") or {}).items()}
         return cls(os=str(data.get("os", "")), arch=str(data.get("arch", "")), gpus=gpus,
                    driver_version=data.get("driver_version"), cuda_driver_version=data.get("cuda_driver_version"),
-                   runtimes=runtimes, labels=tuple(data.get("labels", ())))
+                   runtimes=runtimes, labels=tuple(data.get("labels", ())),
+                   l4t=str(data["l4t"]) if data.get("l4t") else None)
 
     @classmethod
     def parse_gpu_spec(cls, spec: str, base: RunnerFingerprint | None = None) -> RunnerFingerprint:
@@ -117,10 +165,10 @@ class RunnerFingerprint:
             major, minor = (digits[:-1], digits[-1]) if digits else (m.group("major"), m.group("minor"))
             if int(major) > 0:
                 cc = f"{int(major)}.{minor}"
-                gpu = GpuInfo(index=0, name=f"declared sm{int(major)}{minor}", compute_capability=cc, memory_mib=0)
+                gpu = GpuInfo(index=0, name=f"{DECLARED_PREFIX}sm{int(major)}{minor}", compute_capability=cc,
+                              memory_mib=0)
                 return replace(base, gpus=(gpu,))
-        name = re.sub(r"[\s_-]+", "", text).removeprefix("nvidia").removeprefix("geforce").removeprefix("tesla")
-        known = _GPU_CC.get(name)
+        known = _GPU_CC.get(_gpu_key(text))
         if known is not None:
             slug = "sm" + known.replace(".", "")
             hint = (f"did you mean {slug} (the {spec.strip().upper()}'s compute capability)? --gpu takes a compute "

@@ -5,6 +5,10 @@ the rules); this module keeps the best and says why every other candidate lost. 
 runtime plugins follow one convention so that engines of different runtimes compare: TensorRT-family engines
 0-99 (exact CC 0, same-CC build 10, hardware-compatible 20, +1 for a newer version-compatible runtime), RTX-style
 JIT engines 100-199, ONNX engines on a GPU 200-299, on the CPU 300-399.
+
+Within one rank a caller may order by ``preference`` (lower first), a policy of its own that no runtime sets:
+``pull`` puts an engine built on this runner's exact GPU model (0) before one built on another model of the
+compute capability (1). Ties keep input order (a store lists newest first).
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ class Compat:
     ok: bool
     reason: str  # why not (ok=False) or how it fits (ok=True), one sentence
     rank: int = UNRANKED  # lower is better; meaningful only when ok
+    preference: int = 0  # orders equal ranks, lower first (the caller's policy; runtimes leave it 0)
 
     @classmethod
     def no(cls, reason: str) -> Compat:
         return cls(False, reason, UNRANKED)
 
     @classmethod
-    def yes(cls, reason: str, rank: int) -> Compat:
-        return cls(True, reason, rank)
+    def yes(cls, reason: str, rank: int, preference: int = 0) -> Compat:
+        return cls(True, reason, rank, preference)
 
 
 @dataclass(frozen=True)
@@ -57,15 +62,15 @@ class Ranking(Generic[T]):
 
 
 def rank_candidates(candidates: Iterable[tuple[str, T]], judge: Callable[[T], Compat]) -> Ranking[T]:
-    """Judge every ``(id, item)``; the lowest rank wins and ties keep input order."""
-    runnable: list[tuple[int, int, Choice[T]]] = []
+    """Judge every ``(id, item)``; the lowest rank wins, then the lowest preference; ties keep input order."""
+    runnable: list[tuple[int, int, int, Choice[T]]] = []
     rejected: list[tuple[str, str]] = []
     for position, (ident, item) in enumerate(candidates):
         compat = judge(item)
         if compat.ok:
-            runnable.append((compat.rank, position, Choice(ident, item, compat)))
+            runnable.append((compat.rank, compat.preference, position, Choice(ident, item, compat)))
         else:
             rejected.append((ident, compat.reason))
-    runnable.sort(key=lambda entry: (entry[0], entry[1]))
-    best = runnable[0][2] if runnable else None
-    return Ranking(best, tuple(rejected), tuple(entry[2] for entry in runnable[1:]))
+    runnable.sort(key=lambda entry: (entry[0], entry[1], entry[2]))
+    best = runnable[0][3] if runnable else None
+    return Ranking(best, tuple(rejected), tuple(entry[3] for entry in runnable[1:]))
