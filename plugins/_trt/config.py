@@ -9,7 +9,35 @@ NetworkDefinitionCreationFlag, so an integer written here would silently mean an
 ``trtexec`` builder translates the same plan into command-line flags, so both builders agree by construction.
 
 Also here: ``capabilities(version)`` per builder version and ``build_runner_reason`` (can this runner build
-this target with this installed version), both pure.
+this target with this installed version, on this platform), both pure.
+
+``options.extra`` (per builder version, ``EXTRA_OPTIONS``; any other key is refused at validate, and again here):
+
+=========================  =======================================  ======================  ====================
+key (value)                TensorRT Python API (``tensorrt``)       trtexec flag            versions
+=========================  =======================================  ======================  ====================
+``avg_timing_iterations``  ``config.avg_timing_iterations = N``     ``--avgTiming=N``       8.6.1+ (both)
+(int >= 1)
+``max_aux_streams``        ``config.max_aux_streams = N``           ``--maxAuxStreams=N``   8.6.1+ (both)
+(int >= 0)
+``sparse_weights`` (bool)  true: ``set_flag(BuilderFlag.             true: ``--sparsity=     8.6.1+ (both)
+                           SPARSE_WEIGHTS)``                        enable``
+``tf32`` (bool)            false: ``clear_flag(BuilderFlag.TF32)``  false: ``--noTF32``     8.6.1+ (both)
+``max_num_tactics``        ``config.max_num_tactics = N``           ``--maxTactics=N``      API 10.4+ (reference
+(int >= 1)                                                                                  §1); trtexec 10.7+
+                                                                                            (first option table
+                                                                                            listing it)
+=========================  =======================================  ======================  ====================
+
+Every name above was checked against the dumped binding surfaces (shared/reference/trt-api-surface, 8.6.1 ...
+11.4) and trtexec's option sets per tag (v8.6.1 ... v11.1). ``true`` for ``tf32`` / ``false`` for
+``sparse_weights`` is TensorRT's default and changes nothing (but is still a key input).
+
+Timing caches: a pinned build (``BuildRequest.timing_cache``) sets ``BuilderFlag.ERROR_ON_TIMING_CACHE_MISS`` /
+``--errorOnTimingCacheMiss`` from 10.0 (absent from the 8.6.1 surface and trtexec 8.6.1); 8.6 starts from the
+pinned cache but times what it lacks. Platforms: a linux/x86_64 runner cross-builds windows/x86_64 engines with
+``config.runtime_platform = RuntimePlatform.WINDOWS_AMD64`` / ``--runtimePlatform=WindowsAMD64`` from 10.2
+(reference §2, §6; absent from the 10.1.0 surface and option table, present from 10.7.0).
 """
 
 from __future__ import annotations
@@ -22,13 +50,96 @@ from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import BuildError
+from trt_orchestrator_plugins._trt import calibration as _calibration
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]
+# which front end applies the plan: the Python API (the ``tensorrt`` builder) or trtexec's command line
+Tool = Literal["python", "trtexec"]
 
 _PRECISION_FLAG = {"fp16": "FP16", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
 _TILING = {"none": "NONE", "fast": "FAST", "moderate": "MODERATE", "full": "FULL"}
 _HW_LEVEL = {"ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
+
+# The BuilderOptions fields each flavour applies (only they reach its build keys).
+TENSORRT_READS = frozenset({"optimization_level", "tiling_level", "workspace_mib", "strongly_typed",
+                            "version_compatible", "exclude_lean_runtime", "timing_cache", "timing_cache_pin",
+                            "extra"})
+# RTX: strongly typed always (strongly_typed is moot), no version compatibility (refused), timing cache a no-op
+# since 1.2 (reference §8), no extra options.
+RTX_READS = frozenset({"optimization_level", "tiling_level", "workspace_mib"})
+
+# Cross-building: the one pair TensorRT supports (RuntimePlatform.WINDOWS_AMD64 "can only be enabled when building
+# engines on Linux AMD64 platforms", enum doc in the 10.7+ surfaces), from 10.2 (reference §2).
+CROSS_BUILDS = {("linux/x86_64", "windows/x86_64"): "WINDOWS_AMD64"}
+RUNTIME_PLATFORM_SINCE = (10, 2)
+ERROR_ON_MISS_SINCE = (10, 0)  # BuilderFlag.ERROR_ON_TIMING_CACHE_MISS / --errorOnTimingCacheMiss
+
+
+@dataclass(frozen=True)
+class ExtraOption:
+    """One ``options.extra`` key: its value type, and from which version each front end has it."""
+
+    kind: Literal["int", "bool"]
+    minimum: int | None
+    python_since: tuple[int, ...]
+    trtexec_since: tuple[int, ...]
+    what: str
+
+
+EXTRA_OPTIONS: dict[str, ExtraOption] = {
+    "avg_timing_iterations": ExtraOption(
+        "int", 1, (8, 6), (8, 6),
+        "int >= 1: timing iterations averaged per tactic (IBuilderConfig.avg_timing_iterations; trtexec "
+        "--avgTiming)"),
+    "max_aux_streams": ExtraOption(
+        "int", 0, (8, 6), (8, 6),
+        "int >= 0: auxiliary streams TensorRT may run layers on in parallel (IBuilderConfig.max_aux_streams; "
+        "trtexec --maxAuxStreams)"),
+    "sparse_weights": ExtraOption(
+        "bool", None, (8, 6), (8, 6),
+        "bool: true lets TensorRT pick 2:4 structured-sparsity tactics (BuilderFlag.SPARSE_WEIGHTS; trtexec "
+        "--sparsity=enable)"),
+    "tf32": ExtraOption(
+        "bool", None, (8, 6), (8, 6),
+        "bool: false forbids TF32 in FP32 layers (clears BuilderFlag.TF32, on by default; trtexec --noTF32)"),
+    "max_num_tactics": ExtraOption(
+        "int", 1, (10, 4), (10, 7),
+        "int >= 1: most tactics timed per layer (IBuilderConfig.max_num_tactics; trtexec --maxTactics)"),
+}
+
+
+def extra_options(version: str | tuple[int, ...], tool: Tool = "python") -> dict[str, str]:
+    """The extra keys TensorRT ``version`` applies through ``tool``, each with what it does."""
+    v = parse_version(version) if isinstance(version, str) else version
+    return {k: o.what for k, o in EXTRA_OPTIONS.items()
+            if v >= (o.python_since if tool == "python" else o.trtexec_since)}
+
+
+def _extra_settings(v: tuple[int, ...], tool: Tool, extra: dict[str, Any], vtext: str) -> tuple[tuple[str, Any], ...]:
+    """``options.extra`` checked against what this version/tool applies, values type-checked; sorted by key."""
+    known = extra_options(v, tool)
+    who = f"{vtext} ({'trtexec' if tool == 'trtexec' else 'Python API'})"
+    out = []
+    for key in sorted(extra):
+        value = extra[key]
+        if key not in known:
+            gate = EXTRA_OPTIONS.get(key)
+            why = (f" (from {'.'.join(map(str, gate.python_since if tool == 'python' else gate.trtexec_since))})"
+                   if gate else "")
+            raise BuildError(f"{who} does not apply extra option {key!r}{why}",
+                             hint="it applies: " + ("; ".join(f"{k}: {w}" for k, w in known.items()) or "none"))
+        spec = EXTRA_OPTIONS[key]
+        if spec.kind == "bool":
+            if not isinstance(value, bool):
+                raise BuildError(f"extra option {key!r} takes true or false, not {value!r}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BuildError(f"extra option {key!r} takes an integer, not {value!r}")
+            if spec.minimum is not None and value < spec.minimum:
+                raise BuildError(f"extra option {key!r} must be >= {spec.minimum}, not {value}")
+        out.append((key, value))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -49,6 +160,14 @@ class BuildConfigPlan:
     compute_capabilities: tuple[str, ...] = ()  # RTX AOT: ComputeCapability member names (SM86, ...)
     profiling_verbosity: str = "DETAILED"  # so the engine inspector reports every layer
     notes: tuple[str, ...] = ()  # warnings for the build log (deprecations, ignored options)
+    # options.extra as applied: (key, value) sorted by key (EXTRA_OPTIONS says how each is set)
+    extra: tuple[tuple[str, Any], ...] = ()
+    # RuntimePlatform member name when cross-building (WINDOWS_AMD64), None: the build host's platform
+    runtime_platform: str | None = None
+    # native int8: the calibration method ("entropy" / "minmax"); None when there is no calibrator
+    calibration_method: str | None = None
+    # the build starts from a given (published) timing cache rather than the shared local one
+    timing_cache_pinned: bool = False
 
     @property
     def strongly_typed(self) -> bool:
@@ -65,7 +184,11 @@ class BuildConfigPlan:
             "tiling_level": self.tiling_level,
             "workspace_bytes": self.workspace_bytes,
             "timing_cache": self.use_timing_cache,
+            "timing_cache_pinned": self.timing_cache_pinned,
             "compute_capabilities": list(self.compute_capabilities),
+            "extra": dict(self.extra),
+            "runtime_platform": self.runtime_platform,
+            "calibration_method": self.calibration_method,
         }
 
 
@@ -119,37 +242,50 @@ def native_missing_reasons(version: tuple[int, ...], flavour: Flavour) -> dict[s
     return reasons
 
 
-def capabilities(version: str, flavour: Flavour = "tensorrt", *, calibrator: bool = True) -> BuilderCapabilities:
-    """What TensorRT ``version`` can build (pure). ``calibrator=False`` for trtexec, which cannot calibrate."""
+def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "python") -> BuilderCapabilities:
+    """What TensorRT ``version`` can build through ``tool`` (pure): the ``tensorrt`` builder (Python API) or the
+    ``trtexec`` builder, which reads a native int8 calibration cache (``--calib``) but cannot compute one (the
+    ``tensorrt`` builder of the same version computes it: ``calibration_family`` is shared)."""
     v = parse_version(version)
+    rtx = flavour == "tensorrt-rtx"
     native = native_precisions(v, flavour)
     reasons = native_missing_reasons(v, flavour)
-    supports_calibrator = calibrator and flavour == "tensorrt" and v < (11,)
-    if not calibrator and "int8" in native:
-        native = native - {"int8"}
-        reasons["int8"] = ("trtexec cannot calibrate int8 from data (--int8 without --calib uses placeholder "
-                           "scales); use precision via: transform (Q/DQ) or the tensorrt builder")
+    # int8 calibrators exist up to 10.x (removed in 11.0); trtexec only reads their caches (--calib, gone in 11.x)
+    calibrates = not rtx and v < (11,)
     kinds = {"compute_capability", "hardware_compatible"}  # ampere+ (8.6+); same-CC level from 10.9
-    if flavour == "tensorrt-rtx":
+    if rtx:
         kinds = {"compute_capability", "compute_capability_list"}
     runs_on = ("the same GPU compute capability (or Ampere+ when built hardware-compatible) with the exact "
-               "same TensorRT version (or a newer one when built version-compatible)")
-    if flavour == "tensorrt-rtx":
+               "same TensorRT version (or a newer one when built version-compatible), on the platform (OS/CPU) "
+               "it was built for")
+    if rtx:
         runs_on = "RTX/Ampere+ GPUs (CC 8.0, 8.6, 8.9, 12.x) in the engine's CC list, same RTX release"
     return BuilderCapabilities(
         native=native,
         via_transform=via_transform_precisions(v, flavour),
         target_kinds=frozenset(kinds),
-        needs_gpu=flavour == "tensorrt",
+        needs_gpu=not rtx,
         runs_on=runs_on,
         native_missing_reason=reasons,
-        supports_calibrator=supports_calibrator,
+        supports_calibrator=calibrates and tool == "python",
+        reads_options=RTX_READS if rtx else TENSORRT_READS,
+        extra_options={} if rtx else extra_options(v, tool),
+        # TensorRT support matrix: engines do not move between Linux and Windows (reference §5); RTX engines are
+        # OS-independent (reference §8; see builders/tensorrt_rtx.py)
+        platform_specific=not rtx,
+        calibration_family="tensorrt" if calibrates else None,
+        pins_timing_cache=not rtx and v >= ERROR_ON_MISS_SINCE,
     )
 
 
 def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, native_precision: bool,
-                      options: BuilderOptions, target: Target) -> BuildConfigPlan:
-    """Decide the whole build configuration for one engine, or raise BuildError naming what cannot be done."""
+                      options: BuilderOptions, target: Target, *, tool: Tool = "python",
+                      host_platform: str | None = None, pinned_timing_cache: bool = False) -> BuildConfigPlan:
+    """Decide the whole build configuration for one engine, or raise BuildError naming what cannot be done.
+
+    ``tool``: the front end that applies it (extra options are gated per front end); ``host_platform``: the build
+    host's ``os/arch`` (None: the target's own, a native build); ``pinned_timing_cache``: the build starts from a
+    given timing cache and fails on a miss where the version can."""
     v = parse_version(version)
     if not v:
         raise BuildError(f"unreadable {flavour} version {version!r}")
@@ -194,6 +330,13 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
         builder_flags.append(_PRECISION_FLAG[precision.name])
         if precision.name == "int8":
             calibrator = True
+            _calibration.calibrator_for(precision.calibration_method)  # percentile: refused, naming the ways out
+            if tool == "trtexec" and precision.calibration_method not in _calibration.TRTEXEC_METHODS:
+                raise BuildError(f"trtexec reads only entropy calibration caches (its calibrator is an "
+                                 f"IInt8EntropyCalibrator2); calibration_method {precision.calibration_method!r} "
+                                 "cannot be built natively by trtexec",
+                                 hint="use calibration_method: entropy, the tensorrt builder, or precision via: "
+                                      "transform")
             if v >= (10, 1):
                 notes.append("implicit INT8 calibration (IInt8EntropyCalibrator2) is deprecated since "
                              "TensorRT 10.1 and removed in 11.0; prefer Q/DQ (precision via: transform)")
@@ -251,6 +394,37 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
     if rtx and v >= (1, 2) and use_cache:
         # RTX 1.2 deprecated the timing cache (no-op) and using it forces a GPU during AOT builds.
         use_cache = False
+    if pinned_timing_cache:
+        if rtx:
+            raise BuildError("TensorRT-RTX keeps no timing cache (a deprecated no-op since RTX 1.2): nothing to pin",
+                             hint="remove timing_cache: {pin: true} from this target")
+        if not use_cache:
+            raise BuildError("a pinned timing cache was given but the target's timing cache is off",
+                             hint="timing_cache: {pin: true} needs the timing cache on")
+        if v >= ERROR_ON_MISS_SINCE:
+            builder_flags.append("ERROR_ON_TIMING_CACHE_MISS")
+        else:
+            notes.append(f"{vtext} has no ERROR_ON_TIMING_CACHE_MISS (added in 10.0): the build starts from the "
+                         "pinned timing cache but times any tactic it lacks instead of failing")
+
+    extra = () if rtx else _extra_settings(v, tool, dict(options.extra), vtext)
+    if rtx and options.extra:
+        raise BuildError(f"{vtext} applies no extra options; got {sorted(options.extra)}",
+                         hint="remove options.extra from this target")
+
+    runtime_platform = None
+    # os/arch only: the host's L4T release (a Jetson variant) is not visible from here; the runner check
+    # (``platform_reason``, with the fingerprint's full platform) compares it
+    if host_platform is not None and _base(host_platform) != _base(target.platform):
+        runtime_platform = cross_build_member(host_platform, target.platform, v, flavour)
+        if runtime_platform is None:
+            raise BuildError(cross_build_refusal(host_platform, target, v, "trtexec" if tool == "trtexec"
+                                                 else label))
+        if "VERSION_COMPATIBLE" in builder_flags and "EXCLUDE_LEAN_RUNTIME" not in builder_flags:
+            # NvInfer.h RuntimePlatform doc: a cross-platform version-compatible engine must exclude the lean
+            # runtime (the host's would be embedded)
+            raise BuildError(f"a version-compatible engine cross-built for {target.platform} must exclude the "
+                             "lean runtime", hint="set exclude_lean_runtime: true on this target")
 
     return BuildConfigPlan(
         flavour=flavour,
@@ -266,7 +440,37 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
         memory_api=memory_api(v, flavour),
         compute_capabilities=ccs,
         notes=tuple(notes),
+        extra=extra,
+        runtime_platform=runtime_platform,
+        calibration_method=precision.calibration_method if calibrator else None,
+        timing_cache_pinned=pinned_timing_cache,
     )
+
+
+def _base(platform: str) -> str:
+    """``linux/aarch64/l4t36.4`` -> ``linux/aarch64``."""
+    return "/".join(platform.split("/")[:2])
+
+
+def cross_build_member(host: str, target_platform: str, v: tuple[int, ...], flavour: Flavour) -> str | None:
+    """The RuntimePlatform member that lets ``host`` build engines for ``target_platform`` with TensorRT ``v``,
+    None when it cannot (the only pair: linux/x86_64 -> windows/x86_64 from 10.2; none on RTX, whose engines are
+    OS-independent anyway)."""
+    if flavour != "tensorrt" or v < RUNTIME_PLATFORM_SINCE:
+        return None
+    return CROSS_BUILDS.get((host, target_platform))
+
+
+def cross_build_refusal(host: str, target: Target, v: tuple[int, ...], tool: str = "TensorRT") -> str:
+    """Why a ``host`` runner cannot build ``target``'s engines (its platform differs)."""
+    version = ".".join(map(str, v))
+    if (host, target.platform) in CROSS_BUILDS and v < RUNTIME_PLATFORM_SINCE:
+        return (f"target {target.name!r} is for {target.platform}; this runner is {host}, and {tool} {version} "
+                f"cannot cross-build for it (RuntimePlatform arrived in TensorRT 10.2): build on {target.platform}")
+    pairs = ", ".join(f"{a} -> {b}" for a, b in CROSS_BUILDS)
+    return (f"target {target.name!r} is for {target.platform}, this runner is {host}; TensorRT engines are not "
+            f"portable across platforms (OS, CPU architecture) and are built on the platform they run on (the one "
+            f"cross-build is {pairs}, TensorRT >= 10.2)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -336,6 +540,22 @@ def apply(plan: BuildConfigPlan, trt: Any, builder: Any, network: Any, config: A
     if plan.tiling_level is not None:
         _set_attr(config, "tiling_optimization_level", _member(trt, "TilingOptimizationLevel", plan.tiling_level),
                   "the tiling optimization level")
+    for key, value in plan.extra:
+        if key == "sparse_weights":
+            if value:
+                config.set_flag(_member(trt, "BuilderFlag", "SPARSE_WEIGHTS"))
+        elif key == "tf32":
+            if not value:
+                config.clear_flag(_member(trt, "BuilderFlag", "TF32"))
+        else:  # avg_timing_iterations, max_aux_streams, max_num_tactics: IBuilderConfig properties of that name
+            _set_attr(config, key, int(value), f"extra option {key}")
+    if plan.extra:
+        log.append("extra options: " + ", ".join(f"{k}={v}" for k, v in plan.extra))
+    if plan.runtime_platform is not None:
+        _set_attr(config, "runtime_platform", _member(trt, "RuntimePlatform", plan.runtime_platform),
+                  "a runtime platform (cross-build)")
+        log.append(f"cross-build: runtime_platform = RuntimePlatform.{plan.runtime_platform} (the engine cannot run "
+                   "on this host)")
     if plan.compute_capabilities:
         _set_attr(config, "num_compute_capabilities", len(plan.compute_capabilities), "AOT compute capabilities")
         for i, name in enumerate(plan.compute_capabilities):
@@ -358,6 +578,9 @@ def build_runner_reason(fp: RunnerFingerprint, target: Target, installed_version
         return (f"target {target.name!r} wants TensorRT {target.builder_version}, this runner has "
                 f"{installed_version}; engines load only on the exact version that built them, so the builder "
                 "version must match exactly")
+    why = platform_reason(fp, target, installed_version, tool)
+    if why:
+        return why
     if not fp.has_gpu:
         return "TensorRT builds need an NVIDIA GPU; this runner has none"
     local = parse_cc(fp.compute_capability)
@@ -382,3 +605,15 @@ def build_runner_reason(fp: RunnerFingerprint, target: Target, installed_version
     if not wanted and level == "none":
         return f"target {target.name!r} names no compute capability"
     return None
+
+
+def platform_reason(fp: RunnerFingerprint, target: Target, version: str, tool: str = "TensorRT") -> str | None:
+    """None when a runner with ``fp`` builds ``target``'s platform: its own (``fp.platform``: ``os/arch`` as
+    ``platform.system()``/``platform.machine()`` report them, with the L4T release on a Jetson), or the documented
+    cross-build (linux/x86_64 -> windows/x86_64 with RuntimePlatform.WINDOWS_AMD64, TensorRT >= 10.2)."""
+    host = fp.platform
+    if host == target.platform:
+        return None
+    if cross_build_member(host, target.platform, parse_version(version), "tensorrt") is not None:
+        return None
+    return cross_build_refusal(host, target, parse_version(version), tool)

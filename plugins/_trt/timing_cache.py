@@ -9,10 +9,16 @@ torn cache and no builder's measurements are lost.
 
 This module moves bytes only: the TensorRT-specific combine step is injected by the builder, so the file, lock
 and atomic parts are testable without TensorRT.
+
+Pinned builds (``timing_cache: {pin: true}``; ``BuildRequest.timing_cache`` is the published cache of this GPU and
+TensorRT version) start from exactly that file, never the shared one, and leave the shared cache untouched: the
+build works on a private copy (``PINNED_WORK_FILE`` in its output directory), which is what it reports as
+written. Builders report both ends as ``digest``s (``sha256:<hex>``), None where there was no cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +30,43 @@ from orchestrator.errors import BuildError
 from trt_orchestrator_plugins import _cuda
 
 LOCK_TIMEOUT_S = 300.0
+# a pinned build's private timing cache, in its output directory (never the name the executor copies it to)
+PINNED_WORK_FILE = "timing-cache.pinned-build"
+_MISS = re.compile(r"timing[ _-]?cache|cache[ _-]?miss", re.IGNORECASE)
+
+
+def digest(data: bytes) -> str:
+    """``sha256:<hex>`` of a timing cache's bytes (the form every digest in the metadata takes)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_of_file(path: Path) -> str | None:
+    """The digest of a cache file, None when there is none (or it is empty: TensorRT starts from nothing)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    return digest(data) if data else None
+
+
+def miss_lines(lines: list[str]) -> list[str]:
+    """The error lines of a failed pinned build that speak of the timing cache (how TensorRT names a miss under
+    ERROR_ON_TIMING_CACHE_MISS); empty when the failure was something else."""
+    return [line for line in lines if _MISS.search(line)]
+
+
+def miss_error(version: str, pinned: Path, found: list[str], *, node: str | None, log_tail: str | None,
+               flag: str) -> BuildError:
+    """The BuildError of a pinned build that failed; it names the miss when TensorRT's errors speak of the cache."""
+    where = f"the pinned timing cache {Path(pinned).name}"
+    if found:
+        message = (f"TensorRT {version} met a tactic missing from {where} ({flag}): {found[0]}")
+    else:
+        message = (f"TensorRT {version} failed building from {where} ({flag} set; its errors do not name the "
+                   "cache, so the miss is not confirmed)")
+    return BuildError(message, node=node, log_tail=log_tail,
+                      hint="the model, options or GPU changed since the cache was published: build once unpinned "
+                           "(timing_cache: true) and publish, then pin again")
 
 
 def _safe(text: str) -> str:

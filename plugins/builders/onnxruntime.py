@@ -6,6 +6,19 @@ CPU) and should run on the execution provider and ORT version that made it; so t
 level are recorded in the metadata and ``available`` requires the target's ORT major.minor.
 
 ``onnxruntime`` is imported inside methods only.
+
+- Options: it applies ``ort_optimization`` only (``reads_options``): a TensorRT option on an onnxruntime target
+  never changes its build key, and any ``options.extra`` key is refused at validate (and again at build).
+- Platform: ``platform_specific`` is True. ORT's docs on offline graph optimization (onnxruntime.ai
+  docs/performance/model-optimizations/graph-optimizations.html, "Online/Offline Mode" notes): "When running in
+  offline mode, make sure to use the exact same options (e.g., execution providers, optimization level) and
+  hardware as the target machine that the model inference will run on", and "When layout optimizations are
+  enabled, the offline mode can only be used on compatible hardware to the environment when the offline model is
+  saved. For example, if model has layout optimized for AVX2, the offline model would require CPUs that support
+  AVX2". Level ``all`` (the default) includes those layout optimizations (NCHWc, CPU EP), so a saved model is
+  tied to the CPU architecture it was optimized on; the target's platform is a key input, ``available`` refuses a
+  runner of another platform, and ``pull`` refuses another platform's engines.
+- No timing cache, no native calibration.
 """
 
 from __future__ import annotations
@@ -63,6 +76,13 @@ class OnnxRuntimeBuilder:
             engine_suffix=".onnx",
             # an optimized ONNX file, not a TensorRT plan: a distinct media type so no TensorRT loader gets one
             engine_media_type=ONNX_ENGINE_MEDIA_TYPE,
+            reads_options=frozenset({"ort_optimization"}),
+            extra_options={},  # applies none: any options.extra key is refused at validate
+            # Decision: ORT's offline-mode notes tie a saved optimized model to the hardware it was optimized for
+            # (layout optimizations, e.g. AVX2 NCHWc); see the module docstring for the citation.
+            platform_specific=True,
+            calibration_family=None,
+            pins_timing_cache=False,
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
@@ -80,6 +100,10 @@ class OnnxRuntimeBuilder:
         provider = PROVIDERS.get(target.device)
         if provider is None:
             return f"onnxruntime targets need device 'cpu' or 'cuda', not {target.device!r}"
+        if fingerprint.platform != target.platform:
+            return (f"target {target.name!r} is for {target.platform}, this runner is {fingerprint.platform}; an "
+                    "optimized model is saved for the hardware it was optimized on (ORT docs, offline mode: layout "
+                    "optimizations need compatible CPUs), so it is built on the platform it runs on")
         providers = fingerprint.runtime_features(self.runtime)
         if provider not in providers:
             return (f"{provider} is not available in this onnxruntime (has: {', '.join(providers) or 'none'}); "
@@ -100,6 +124,12 @@ class OnnxRuntimeBuilder:
         if provider is None:
             raise BuildError(f"onnxruntime targets need device 'cpu' or 'cuda', not {request.target.device!r}",
                              node=request.address)
+        if request.options.extra:
+            raise BuildError(f"onnxruntime applies no extra options; got {sorted(request.options.extra)}",
+                             node=request.address, hint="remove options.extra from this target")
+        if request.timing_cache is not None or request.calibration_cache is not None:
+            what = "a pinned timing cache" if request.timing_cache is not None else "a native calibration cache"
+            raise BuildError(f"onnxruntime was given {what}, which it has no use for", node=request.address)
         level_name = request.options.ort_optimization
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)

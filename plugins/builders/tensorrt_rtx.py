@@ -6,6 +6,19 @@ engine's list. Networks are always strongly typed: RTX 1.x has no FP16/INT8/BF16
 precisions arrive as an already-converted ONNX (fp16/bf16 transforms) or as Q/DQ nodes (int8-qdq).
 
 ``tensorrt_rtx`` is imported inside ``build`` only; ``capabilities`` and ``available`` read package metadata.
+
+- Options: it applies ``optimization_level``, ``tiling_level`` and ``workspace_mib`` (``reads_options``; only
+  they reach its build keys) and no ``options.extra`` key (any is refused at validate, and again at build).
+- Timing cache: none. RTX 1.2 deprecated the timing-cache APIs and made them no-ops, and using them forces a GPU
+  during AOT builds (reference §8, RTX timing-cache-migration.html); so a build reports no timing cache read or
+  written (``timing_cache_read/written/path`` None), ``pins_timing_cache`` is False and a pin is refused at
+  validate. RTX's own cache is the runtime (JIT) cache, which the ``tensorrt-rtx`` runtime keeps.
+- Platform: RTX engines are OS-independent (reference §8: "RTX engines are OS-independent, but not compatible
+  across RTX releases", from the RTX helloWorld comments and engine-compatibility.html), so
+  ``platform_specific`` is False: the target's platform is not a key input and ``pull`` does not refuse another
+  OS. The AOT list itself supports this: the same x86_64 wheel that builds here offers ``ComputeCapability.SM121``
+  (GB10, a part only sold in aarch64 systems) as a target.
+- No native calibration (no INT8 flag, calibrators deprecated): ``calibration_family`` None.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, Bu
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 from orchestrator.errors import BuildError
+from trt_orchestrator_plugins._trt.config import RTX_READS
 from trt_orchestrator_plugins._trt.plan_header import read_header
 
 DISTRIBUTION = "tensorrt-rtx"
@@ -240,6 +254,13 @@ class TensorRtxBuilder:
             native_missing_reason=reason,
             supports_calibrator=False,
             engine_suffix=".plan",
+            reads_options=RTX_READS,  # optimization_level, tiling_level, workspace_mib
+            extra_options={},  # applies none: any options.extra key is refused at validate
+            # Decision: RTX engines are OS-independent (shared/reference/tensorrt-api.md §8, citing the RTX
+            # helloWorld comments and docs engine-compatibility.html); see the module docstring.
+            platform_specific=False,
+            calibration_family=None,
+            pins_timing_cache=False,  # timing cache APIs are no-ops since RTX 1.2 (reference §8)
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
@@ -265,6 +286,13 @@ class TensorRtxBuilder:
         if request.native_precision and request.precision.name != "fp32":
             raise BuildError(_NO_FLAG.format(v=trt.__version__, p=request.precision.name.upper()),
                              node=request.address, hint="build it from the fp16/bf16/int8-qdq transform's ONNX")
+        if request.options.extra:
+            raise BuildError(f"TensorRT-RTX applies no extra options; got {sorted(request.options.extra)}",
+                             node=request.address, hint="remove options.extra from this target")
+        if request.timing_cache is not None or request.calibration_cache is not None:
+            what = "a pinned timing cache" if request.timing_cache is not None else "a native calibration cache"
+            raise BuildError(f"TensorRT-RTX was given {what}, which it cannot use (no timing cache since RTX 1.2, "
+                             "no native int8)", node=request.address)
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         log_path = out_dir / LOG_NAME
@@ -306,6 +334,10 @@ class TensorRtxBuilder:
             build_seconds=round(build_seconds, 3),
             layer_info_path=layer_path if source else None,
             metadata=metadata_,
+            # no timing cache: RTX 1.2+ made the APIs no-ops (see the module docstring)
+            timing_cache_read=None,
+            timing_cache_written=None,
+            timing_cache_path=None,
         )
 
     def _build_plan(self, trt, request: BuildRequest, sink: _LogSink) -> tuple[bytes, dict]:
@@ -402,8 +434,6 @@ class TensorRtxBuilder:
         if options.version_compatible:
             raise BuildError("TensorRT-RTX engines are not compatible across RTX releases (reference §8)",
                              node=request.address, hint="drop version_compatible from this target")
-        if options.extra:
-            applied["ignored_extra"] = sorted(options.extra)
         return applied
 
 

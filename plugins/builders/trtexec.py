@@ -3,7 +3,27 @@
 ``trtexec_command`` (pure) translates a ``_trt_config.BuildConfigPlan`` into a command line for that trtexec
 version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows
 shared/reference/tensorrt-api.md §6, which was read from ``samples/common/sampleOptions.cpp`` at each tag (the
-READMEs are stale: they still show ``--int8``/``--workspace``).
+READMEs are stale: they still show ``--int8``/``--workspace``), and the option sets per tag in
+shared/reference/trt-api-surface/trtexec_options.json.
+
+- ``options.extra`` (``_trt_config.EXTRA_OPTIONS``, gated by trtexec's own option sets): ``avg_timing_iterations``
+  -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``, ``sparse_weights: true`` ->
+  ``--sparsity=enable``, ``tf32: false`` -> ``--noTF32`` (all 8.6.1+), ``max_num_tactics`` -> ``--maxTactics=N``
+  (10.7+: absent from the v10.1.0 option table, present from v10.7.0). Any other key is refused.
+- Timing caches: ``--timingCacheFile`` on the shared per-(GPU, version) file under its lock (trtexec reads and
+  rewrites it); a pinned build (``request.timing_cache``) runs on a private copy of the pinned file with
+  ``--errorOnTimingCacheMiss`` (10.0+; absent from trtexec 8.6.1) and fails naming the miss. Digests read/written
+  are reported.
+- Native int8 (8.6-10.x): ``--int8 --calib=<cache>`` with the calibrate node's cache (``--calib`` is in every
+  option table up to v10.16, gone in 11.x). trtexec cannot compute a cache (without ``--calib`` its
+  ``RndInt8Calibrator`` makes up random scales, and that calibrator is an entropy one: it reads only
+  ``EntropyCalibration2`` caches). Its ``calibrate`` therefore delegates to the ``tensorrt`` builder (Python API)
+  when ``tensorrt`` of trtexec's version is importable on the runner, and otherwise refuses, saying so.
+- Platform: as the ``tensorrt`` builder; the linux/x86_64 -> windows/x86_64 cross-build passes
+  ``--runtimePlatform=WindowsAMD64`` (10.2+ per reference §6; in the option tables from v10.7.0) and skips
+  ``--exportLayerInfo`` (the engine cannot be deserialized on the host).
+- More than one optimization profile: ``--profile=<i>`` before each shapes triple (10.0+); trtexec 8.6 builds one
+  profile only and is refused.
 
 trtexec is found through the ``TRTEXEC`` environment variable (a path) or ``PATH``.
 """
@@ -18,11 +38,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.contracts.builder import (
     BuilderCapabilities,
     BuildRequest,
     BuildResult,
+    CalibrateRequest,
     OptimizationProfile,
     probe_target,
 )
@@ -30,8 +52,10 @@ from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
+from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import config as _trt_config
 from trt_orchestrator_plugins._trt import timing_cache
+from trt_orchestrator_plugins.builders import tensorrt as _tensorrt_builder
 
 ENGINE_FILE = "engine.plan"
 LOG_FILE = "build.log"
@@ -41,6 +65,8 @@ LOG_TAIL_LINES = 40
 _TILING_INT = {"NONE": 0, "FAST": 1, "MODERATE": 2, "FULL": 3}
 _HW_CLI = {"AMPERE_PLUS": "ampere+", "SAME_COMPUTE_CAPABILITY": "sameComputeCapability"}
 _PRECISION_CLI = {"FP16": "--fp16", "BF16": "--bf16", "INT8": "--int8", "FP8": "--fp8"}
+# RuntimePlatform member -> --runtimePlatform value (sampleOptions.cpp: "SameAsBuild" | "WindowsAMD64")
+_RUNTIME_PLATFORM_CLI = {"WINDOWS_AMD64": "WindowsAMD64"}
 
 
 def _dims(shape: tuple[int, ...]) -> str:
@@ -52,17 +78,44 @@ def _shapes_flag(flag: str, profile: OptimizationProfile, which: int) -> str:
     return f"--{flag}={spec}"
 
 
+def _extra_flags(extra: tuple[tuple[str, Any], ...]) -> list[str]:
+    """``options.extra`` as trtexec flags (the plan has gated every key by trtexec's version)."""
+    out = []
+    for key, value in extra:
+        if key == "avg_timing_iterations":
+            out.append(f"--avgTiming={int(value)}")
+        elif key == "max_aux_streams":
+            out.append(f"--maxAuxStreams={int(value)}")
+        elif key == "max_num_tactics":
+            out.append(f"--maxTactics={int(value)}")
+        elif key == "sparse_weights":
+            if value:
+                out.append("--sparsity=enable")
+        elif key == "tf32":
+            if not value:
+                out.append("--noTF32")
+        else:  # EXTRA_OPTIONS and this table go together
+            raise BuildError(f"extra option {key!r} has no trtexec spelling")
+    return out
+
+
 def trtexec_command(version: str, request: BuildRequest, *, executable: str = "trtexec",
                     timing_cache_file: Path | None = None, layer_info_file: Path | None = None,
-                    engine_file: Path | None = None) -> list[str]:
-    """The trtexec command line that builds ``request`` with trtexec ``version`` (no inference run)."""
+                    engine_file: Path | None = None, host_platform: str | None = None) -> list[str]:
+    """The trtexec command line that builds ``request`` with trtexec ``version`` (no inference run).
+
+    ``timing_cache_file``: the file trtexec reads and rewrites (the shared cache, or a pinned build's private
+    copy: ``request.timing_cache`` marks the build pinned); ``host_platform``: the build host (None: native)."""
     v = parse_version(version)
     plan = _trt_config.plan_build_config(version, "tensorrt", request.precision, request.native_precision,
-                                         request.options, request.target)
-    if plan.calibrator:
+                                         request.options, request.target, tool="trtexec",
+                                         host_platform=host_platform,
+                                         pinned_timing_cache=request.timing_cache is not None)
+    if plan.calibrator and request.calibration_cache is None:
         raise BuildError("trtexec cannot calibrate int8 from data (--int8 without --calib uses placeholder "
                          "scales, which would publish an engine with meaningless accuracy)",
-                         hint="use precision via: transform (Q/DQ) or the tensorrt builder")
+                         hint="give it the calibrate node's cache (--calib), or use precision via: transform (Q/DQ) "
+                              "or the tensorrt builder")
     engine = engine_file or Path(request.out_dir) / ENGINE_FILE
     cmd = [executable, f"--onnx={request.onnx_path}", f"--saveEngine={engine}",
            # --skipInference exists from 8.6 on (8.6's --buildOnly is a deprecated alias, removed in 10.0).
@@ -81,20 +134,35 @@ def trtexec_command(version: str, request: BuildRequest, *, executable: str = "t
         mib = plan.workspace_bytes >> 20
         # 8.6 parses a plain number as MiB; 10.x accepts B/K/M/G suffixes (default unit still MiB).
         cmd.append(f"--memPoolSize=workspace:{mib}M" if v >= (10,) else f"--memPoolSize=workspace:{mib}")
-    for profile in request.profiles:
-        # trtexec starts a new optimization profile each time the triple is repeated.
+    if len(request.profiles) > 1 and v < (10,):
+        raise BuildError(f"trtexec {version} builds one optimization profile only (--profile arrived in 10.0); "
+                         f"this cell has {len(request.profiles)}",
+                         hint="use the tensorrt builder, one profile per profile set, or TensorRT >= 10.0")
+    for i, profile in enumerate(request.profiles):
+        # 10.0+: "Multiple --minShapes/--optShapes/--maxShapes without --profile are not allowed"
+        if len(request.profiles) > 1:
+            cmd.append(f"--profile={i}")
         cmd += [_shapes_flag("minShapes", profile, 0), _shapes_flag("optShapes", profile, 1),
                 _shapes_flag("maxShapes", profile, 2)]
     if plan.use_timing_cache and timing_cache_file is not None:
         cmd.append(f"--timingCacheFile={timing_cache_file}")
+        if "ERROR_ON_TIMING_CACHE_MISS" in plan.builder_flags:
+            cmd.append("--errorOnTimingCacheMiss")
     if plan.optimization_level is not None:
         cmd.append(f"--builderOptimizationLevel={plan.optimization_level}")
     if plan.tiling_level is not None:
         cmd.append(f"--tilingOptimizationLevel={_TILING_INT[plan.tiling_level]}")
     if plan.hardware_compatibility_level is not None:
         cmd.append(f"--hardwareCompatibilityLevel={_HW_CLI[plan.hardware_compatibility_level]}")
-    layer_info = layer_info_file or Path(request.out_dir) / LAYER_INFO_FILE
-    cmd += [f"--exportLayerInfo={layer_info}", "--profilingVerbosity=detailed"]
+    if plan.calibrator:
+        cmd.append(f"--calib={request.calibration_cache}")
+    if plan.runtime_platform is not None:
+        cmd.append(f"--runtimePlatform={_RUNTIME_PLATFORM_CLI[plan.runtime_platform]}")
+    cmd += _extra_flags(plan.extra)
+    if plan.runtime_platform is None:
+        layer_info = layer_info_file or Path(request.out_dir) / LAYER_INFO_FILE
+        cmd.append(f"--exportLayerInfo={layer_info}")
+    cmd.append("--profilingVerbosity=detailed")
     return cmd
 
 
@@ -213,7 +281,7 @@ class TrtexecBuilder:
         return probe_target(self, fingerprint)
 
     def capabilities(self, version: str) -> BuilderCapabilities:
-        return _trt_config.capabilities(version, "tensorrt", calibrator=False)
+        return _trt_config.capabilities(version, "tensorrt", tool="trtexec")
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
         exe, why = locate_trtexec()
@@ -236,18 +304,41 @@ class TrtexecBuilder:
         version = request.target.builder_version
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        pinned = Path(request.timing_cache) if request.timing_cache is not None else None
         cache_file = None
         if request.options.timing_cache:
-            cache_file = timing_cache.cache_path(request.cache_dir, timing_cache.building_gpu_cc(), version)
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cmd = trtexec_command(version, request, executable=exe, timing_cache_file=cache_file)
+            if pinned is not None:
+                if not pinned.is_file():
+                    raise BuildError(f"the pinned timing cache {pinned} does not exist", node=request.address)
+                # trtexec rewrites --timingCacheFile: it works on a private copy, the pinned file stays as published
+                cache_file = out_dir / timing_cache.PINNED_WORK_FILE
+                shutil.copyfile(pinned, cache_file)
+            else:
+                cache_file = timing_cache.cache_path(request.cache_dir, timing_cache.building_gpu_cc(), version)
+                cache_file.parent.mkdir(parents=True, exist_ok=True)
+        host = _tensorrt_builder.host_platform()
+        cmd = trtexec_command(version, request, executable=exe, timing_cache_file=cache_file, host_platform=host)
+        calibration = None
+        if any(a.startswith("--calib=") for a in cmd) and request.calibration_cache is not None:
+            if not Path(request.calibration_cache).is_file():
+                raise BuildError(f"the calibration cache {request.calibration_cache} does not exist",
+                                 node=request.address)
+            data = Path(request.calibration_cache).read_bytes()
+            header = _calibration.check_cache(data, version, request.precision.calibration_method, reader="trtexec")
+            calibration = {"source": "cache", "cache": str(request.calibration_cache),
+                           "digest": timing_cache.digest(data), "header": header.line}
         log_path = out_dir / LOG_FILE
         request.log(" ".join(cmd))
         started = time.perf_counter()
         # trtexec itself updates --timingCacheFile; concurrent trtexec builds sharing a cache file serialize on
-        # the same lock the tensorrt builder uses.
-        with _maybe_lock(cache_file):
+        # the same lock the tensorrt builder uses (a pinned build's private copy needs none).
+        read = written = None
+        with _maybe_lock(cache_file if pinned is None else None):
+            if cache_file is not None:
+                read = timing_cache.digest_of_file(pinned if pinned is not None else cache_file)
             proc = subprocess.run(cmd, capture_output=True, text=True)
+            if cache_file is not None:
+                written = timing_cache.digest_of_file(cache_file)
         seconds = time.perf_counter() - started
         output = proc.stdout + (("\n" + proc.stderr) if proc.stderr else "")
         log_path.write_text(" ".join(cmd) + "\n" + output)
@@ -255,6 +346,9 @@ class TrtexecBuilder:
         tail = "\n".join(output.splitlines()[-LOG_TAIL_LINES:])
         engine = out_dir / ENGINE_FILE
         if proc.returncode != 0 or not engine.exists():
+            if pinned is not None and "--errorOnTimingCacheMiss" in cmd:
+                raise timing_cache.miss_error(version, pinned, timing_cache.miss_lines(list(report.errors)),
+                                              node=request.address, log_tail=tail, flag="--errorOnTimingCacheMiss")
             first = report.errors[0] if report.errors else f"exit status {proc.returncode}"
             raise BuildError(f"trtexec failed: {first}", node=request.address, log_tail=tail)
         used = report.tensorrt_version or version
@@ -262,6 +356,9 @@ class TrtexecBuilder:
             raise BuildError(f"trtexec reports TensorRT {used} but the target wants {version}",
                              node=request.address, log_tail=tail)
         layer_info = out_dir / LAYER_INFO_FILE
+        facts = {"mode": "pinned" if pinned else ("shared" if cache_file else "off"),
+                 "pinned_from": str(pinned) if pinned else None, "read": read, "written": written,
+                 "changed": (read != written) if pinned else None}
         return BuildResult(
             engine_path=engine,
             log_path=log_path,
@@ -269,8 +366,35 @@ class TrtexecBuilder:
             builder_version=version,
             build_seconds=report.build_seconds or seconds,
             layer_info_path=layer_info if layer_info.exists() else None,
-            metadata={"command": cmd, "trtexec_version": report.tensorrt_version},
+            metadata={"command": cmd, "trtexec_version": report.tensorrt_version, "timing_cache": facts,
+                      "calibration": calibration, "platform": request.target.platform, "built_on": host},
+            timing_cache_read=read,
+            timing_cache_written=written,
+            timing_cache_path=cache_file if written else None,
         )
+
+    def calibrate(self, request: CalibrateRequest) -> dict[str, Any]:
+        """trtexec reads native int8 calibration caches (``--calib``) but cannot compute one: the ``tensorrt``
+        builder (TensorRT's Python API) of the same version computes it, here when ``tensorrt`` is importable (and,
+        where trtexec is installed too, of trtexec's version); otherwise a BuildError saying so."""
+        version, why = _tensorrt_builder.installed_version()
+        if version is None:
+            raise BuildError(
+                "trtexec cannot compute an int8 calibration cache (it only reads one, --calib); the tensorrt builder "
+                f"(TensorRT's Python API) of the same TensorRT version computes it, and it is not usable here: {why}",
+                hint="install the tensorrt wheel of trtexec's version on this runner, let a runner that has it "
+                     "publish the cache first, or use precision via: transform (Q/DQ)")
+        exe, _ = locate_trtexec()
+        trtexec_version = probe_version(exe) if exe else None
+        if trtexec_version and parse_version(trtexec_version) != parse_version(version)[:3]:
+            raise BuildError(
+                f"trtexec here is TensorRT {trtexec_version} but the importable tensorrt is {version}: a calibration "
+                "cache is read only by the TensorRT version that wrote it",
+                hint="install the tensorrt wheel of trtexec's exact version")
+        request.log(f"trtexec cannot calibrate: computing the cache with the tensorrt builder (Python API, "
+                    f"TensorRT {version})")
+        facts = _tensorrt_builder.builder.calibrate(request)
+        return {**facts, "computed_by": f"tensorrt builder (Python API) {version}, for trtexec"}
 
 
 def _maybe_lock(cache_file: Path | None):

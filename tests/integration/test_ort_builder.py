@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -93,3 +94,23 @@ def test_available_checks_version_family_and_provider():
     reason = builder.available(CPU_ONLY, target("cuda"))
     assert reason.startswith("CUDAExecutionProvider is not available in this onnxruntime (has: CPUExecutionProvider)")
     assert builder.available(CPU_ONLY, target("gpu")) == "onnxruntime targets need device 'cpu' or 'cuda', not 'gpu'"
+
+
+def test_available_refuses_another_platform():
+    # ORT docs, offline mode: a saved optimized model needs hardware compatible with where it was optimized
+    arm = replace(target(), platform="linux/aarch64")
+    assert builder.available(CPU_ONLY, arm) == (
+        "target 'ort-cpu' is for linux/aarch64, this runner is linux/x86_64; an optimized model is saved for the "
+        "hardware it was optimized on (ORT docs, offline mode: layout optimizations need compatible CPUs), so it is "
+        "built on the platform it runs on")
+    assert builder.available(replace(CPU_ONLY, arch="AMD64"), target()) is None  # spelled as Windows reports it
+
+
+def test_extra_options_and_caches_are_refused_at_build(tiny_onnx, tmp_path):
+    req = request(tiny_onnx("extra_refused"), tmp_path / "out")
+    with pytest.raises(BuildError, match=r"onnxruntime applies no extra options; got \['max_aux_streams'\]"):
+        builder.build(replace(req, options=BuilderOptions(extra={"max_aux_streams": 2})))
+    with pytest.raises(BuildError, match="onnxruntime was given a pinned timing cache, which it has no use for"):
+        builder.build(replace(req, timing_cache=tmp_path / "tc.cache"))
+    result = builder.build(req)
+    assert (result.timing_cache_read, result.timing_cache_written, result.timing_cache_path) == (None, None, None)

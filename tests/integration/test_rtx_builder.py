@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import plugins
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile, TransformRequest
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.errors import BuildError
+from orchestrator.errors import BuildError, ManifestError
+from orchestrator.manifest import load_manifest
 from trt_orchestrator_plugins.builders.tensorrt_rtx import builder
 from trt_orchestrator_plugins.transforms.float16 import fp16
 
@@ -194,3 +196,48 @@ def test_equally_named_dims_with_different_sizes_are_explained(demo_models, tmp_
     profile = OptimizationProfile("cls", {"x": ((1, 3, 48, 192), (4, 3, 48, 192), (8, 3, 48, 192))})
     with pytest.raises(BuildError, match=r"dim '\?' in profile 'cls' min: x\[2\]=48, x\[3\]=192"):
         builder.build(request(demo_models / "ch_ppocr_mobile_v2.0_cls_infer.onnx", tmp_path / "out", [profile]))
+
+
+# --- issue 12 --------------------------------------------------------------------------------------------------------
+def test_real_aot_build_reports_no_timing_cache(tiny_onnx, tmp_path):
+    profile = OptimizationProfile("p", {"x": ((1, 3, 8, 8), (1, 3, 16, 16), (2, 3, 32, 32))})
+    result = builder.build(request(tiny_onnx("no_tc"), tmp_path / "out", [profile], ("8.6",)))
+    assert_engine(result, ("8.6",))
+    # RTX 1.2+ made the timing-cache APIs no-ops: nothing read, nothing written, no file
+    assert (result.timing_cache_read, result.timing_cache_written, result.timing_cache_path) == (None, None, None)
+    assert result.metadata["timing_cache"].startswith("not used: deprecated no-op since RTX 1.2")
+    assert not (tmp_path / "cache").exists()  # no shared timing cache was created either
+
+
+def test_extra_options_are_refused_at_build_too(tiny_onnx, tmp_path):
+    profile = OptimizationProfile("p", {"x": ((1, 3, 8, 8),) * 3})
+    with pytest.raises(BuildError, match=r"TensorRT-RTX applies no extra options; got \['anything'\]"):
+        builder.build(request(tiny_onnx("extra"), tmp_path / "out", [profile], extra={"anything": 1}))
+
+
+def test_rtx_target_with_an_extra_option_is_refused_at_validate(tiny_onnx, tmp_path):
+    model = tiny_onnx("validate")
+    manifest = tmp_path / "rtx.yaml"
+    manifest.write_text(f"""\
+manifest_version: 1
+project: rtx-extra
+models:
+  - name: tiny
+    version: "1"
+    source: {{path: {model}}}
+    inputs:
+      x: {{shape: [N, 3, H, W], profiles: {{default: {{min: [1, 3, 8, 8], opt: [1, 3, 16, 16], max: [2, 3, 32, 32]}}}}}}
+targets:
+  - name: rtx
+    builder: tensorrt-rtx
+    builder_version: "{RTX_VERSION}"
+    compute_capability: "8.6"
+    options: {{extra: {{anything: 1}}}}
+""")
+    with pytest.raises(ManifestError) as e:
+        load_manifest(manifest, capabilities=plugins.builder_capabilities,
+                      builder_names=plugins.names(plugins.BUILDERS), builder_slug=plugins.builder_slug)
+    (problem,) = e.value.problems
+    assert problem.path == "targets[0].options.extra.anything"
+    assert problem.message == f"tensorrt-rtx {RTX_VERSION} does not apply extra option 'anything'"
+    assert problem.hint == "tensorrt-rtx applies no extra options: remove options.extra"

@@ -6,19 +6,22 @@ NVIDIA's index. Where any of those is missing they SKIP, naming what is missing;
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orchestrator import plugins
-from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
+from orchestrator.contracts.builder import BuildRequest, CalibrateRequest, OptimizationProfile
 from orchestrator.contracts.runtime import RuntimeOptions
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.fingerprint import RunnerFingerprint
-from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
+from orchestrator.core.model import BuilderOptions, DataSource, PrecisionSpec, Target
+from orchestrator.core.versions import parse_version
 from orchestrator.errors import GateError
 from trt_orchestrator_plugins._trt import plan_header as engine_header
+from trt_orchestrator_plugins._trt import timing_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 
@@ -91,18 +94,18 @@ def tensorrt_engine(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("trt")
     target = Target(name="local", builder="tensorrt", builder_version=trt.__version__,
-                    compute_capabilities=(fp.compute_capability,))
+                    compute_capabilities=(fp.compute_capability,), platform=fp.platform)
     assert builder.available(fp, target) is None
     request = BuildRequest(address="tiny/fp32/default", build_key="k", onnx_path=_tiny_onnx(tmp / "m.onnx"),
                            profiles=(PROFILE,), precision=PrecisionSpec("fp32"), native_precision=False,
                            target=target, options=BuilderOptions(), out_dir=tmp / "out", cache_dir=tmp / "cache",
                            log=lambda _line: None)
     result = builder.build(request)
-    return result, fp, trt.__version__
+    return result, fp, trt.__version__, request
 
 
 def test_tensorrt_builder_writes_engine_log_layer_info_and_timing_cache(tensorrt_engine):
-    result, fp, version = tensorrt_engine
+    result, fp, version, _request = tensorrt_engine
     assert result.builder_version == version
     header = engine_header.read_header_file(result.engine_path)
     assert header.flavour == "tensorrt"
@@ -111,10 +114,49 @@ def test_tensorrt_builder_writes_engine_log_layer_info_and_timing_cache(tensorrt
     assert result.log_path.read_text()
     caches = list((result.engine_path.parent.parent / "cache" / "timing-cache").glob("*.cache"))
     assert len(caches) == 1 and caches[0].stat().st_size > 0
+    # a fresh cache dir: nothing read; what was written is that file
+    assert result.timing_cache_read is None and result.timing_cache_path == caches[0]
+    assert result.timing_cache_written == timing_cache.digest_of_file(caches[0])
+
+
+def test_tensorrt_pinned_rebuild_from_the_cache_it_wrote(tensorrt_engine, tmp_path):
+    """The same network on the same GPU, pinned to the cache the first build wrote: every tactic is in it, so even
+    with ERROR_ON_TIMING_CACHE_MISS (10.0+) the build succeeds, and the shared cache is not touched."""
+    result, _fp, _version, request = tensorrt_engine
+    from trt_orchestrator_plugins.builders.tensorrt import builder
+
+    pinned = tmp_path / "published.cache"
+    pinned.write_bytes(Path(result.timing_cache_path).read_bytes())
+    shared_before = Path(result.timing_cache_path).read_bytes()
+    again = builder.build(replace(request, out_dir=tmp_path / "out", timing_cache=pinned,
+                                  options=replace(request.options, timing_cache_pin=True)))
+    assert again.timing_cache_read == timing_cache.digest(pinned.read_bytes())
+    assert again.timing_cache_path == tmp_path / "out" / timing_cache.PINNED_WORK_FILE
+    assert again.metadata["timing_cache"]["mode"] == "pinned"
+    assert Path(result.timing_cache_path).read_bytes() == shared_before
+
+
+def test_tensorrt_int8_calibration_cache_then_a_build_that_reads_it(tensorrt_engine, tmp_path):
+    result, _fp, version, request = tensorrt_engine
+    if parse_version(version) >= (11,):
+        pytest.skip(f"TensorRT {version} has no int8 calibrators (removed in 11.0): nothing to calibrate natively")
+    from trt_orchestrator_plugins.builders.tensorrt import builder
+
+    cache = tmp_path / "calibration.cache"
+    facts = builder.calibrate(CalibrateRequest(
+        key="ck", onnx_path=request.onnx_path, out_path=cache, precision=PrecisionSpec("int8"),
+        calibration=DataSource(samples=4), input_shapes={"x": (2, 4)}, input_dtypes={"x": "float32"},
+        log=lambda _line: None))
+    assert cache.read_bytes().startswith(f"{facts['header']}\n".encode()) and facts["batches"] == 4
+    assert facts["header"].endswith("-EntropyCalibration2")
+    built = builder.build(replace(request, out_dir=tmp_path / "int8", precision=PrecisionSpec("int8"),
+                                  native_precision=True, calibration_cache=cache))
+    assert built.metadata["calibration"]["source"] == "cache"
+    assert built.engine_path.stat().st_size > 0
 
 
 def test_tensorrt_runtime_runs_and_times_with_cuda_events(tensorrt_engine, tmp_path):
-    result, fp, version = tensorrt_engine
+    result, fp, version, _request = tensorrt_engine
     from trt_orchestrator_plugins.runtimes.tensorrt import runtime
 
     meta = _metadata("tensorrt", version, fp.compute_capability)
