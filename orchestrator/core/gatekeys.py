@@ -11,7 +11,9 @@ record holds it, and ``plan`` shows ``~ re-gate`` when it moved while the build 
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -118,8 +120,25 @@ def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Targe
     }
 
 
-def gate_node_key(inputs: dict[str, Any], kind: str) -> str:
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def settings_digest(inputs: dict[str, Any], part_digest: Callable[[Any], str] = digest_of) -> str:
+    """Everything of a cell's gate inputs but its build key, as one digest over each part's digest (many cells share
+    the parts; ``part_digest``: a caller's cached ``digest_of``)."""
+    return digest_of({k: (v if k == "schema" else part_digest(v)) for k, v in inputs.items() if k != "build_key"})
+
+
+def gate_key(inputs: dict[str, Any], settings: str | None = None) -> str:
+    """A cell's gate key: its build key with the digest of everything else its verdicts depend on
+    (``settings``: that digest when the caller has it already)."""
+    return _sha(f"gate/{inputs['schema']}\0{inputs['build_key']}\0{settings or settings_digest(inputs)}")
+
+
+def gate_node_key(inputs: dict[str, Any], kind: str, runtime: str | None = None, settings: str | None = None) -> str:
     """The key of one gate node (``parity`` / ``benchmark``) of a cell whose gate inputs are ``inputs``: its build
-    key, kind, and the digests of the runtime and that gate's settings."""
-    return digest_of({"schema": inputs["schema"], "build_key": inputs["build_key"], "kind": kind,
-                      "runtime": digest_of(inputs["runtime"]), "settings": digest_of(inputs[kind])})
+    key, kind, and the digests of the runtime and that gate's settings (``runtime``/``settings``: those digests
+    when the caller has them already)."""
+    return _sha(f"gate-node/{inputs['schema']}\0{inputs['build_key']}\0{kind}\0"
+                f"{runtime or digest_of(inputs['runtime'])}\0{settings or digest_of(inputs[kind])}")

@@ -22,8 +22,11 @@ from orchestrator.core.gatekeys import (
     benchmark_inputs,
     data_inputs,
     deploy_part,
+    gate_key,
+    gate_node_key,
     parity_inputs,
     runtime_part,
+    settings_digest,
 )
 from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile, Route
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
@@ -203,9 +206,10 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     target_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     calib_cache: dict[tuple[int, str, str, str], tuple[dict[str, Any], str, str | None]] = {}
     parity_cache: dict[tuple[int, str], dict[str, Any] | None] = {}
-    small_parts: dict[tuple[str, str, str | None, int], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+    small_parts: dict[tuple[str | None, ...], dict[str, Any]] = {}
     bench_cache: dict[int, dict[str, Any] | None] = {}
     runtime_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    settings_cache: dict[tuple[int, int, int, int], str] = {}
     plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
     texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
 
@@ -313,19 +317,20 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                     target_part["platform"] = target.platform
                 target_cache[id(target)] = (target_part, target.options.to_key(caps.reads_options if caps else None))
             target_key, options_key = target_cache[id(target)]
-            small = small_parts.get((model_digest, spec.name, route, id(target)))
-            if small is None:  # parts many cells share, kept as one object each so their JSON is made once
-                small = small_parts[(model_digest, spec.name, route, id(target))] = (
-                    {"digest": model_digest}, {"name": spec.name, "route": route},
-                    {"name": target.builder, "version": target.builder_version})
+            # parts many cells share, kept as one object each so their JSON is made once
+            model_part = small_parts.setdefault(("model", model_digest), {"digest": model_digest})
+            precision_part = small_parts.setdefault(("precision", spec.name, route),
+                                                    {"name": spec.name, "route": route})
+            builder_part = small_parts.setdefault(("builder", target.builder, target.builder_version),
+                                                  {"name": target.builder, "version": target.builder_version})
             key_inputs = {
                 "schema": KEY_SCHEMA_VERSION,
-                "model": small[0],
+                "model": model_part,
                 "transform": transform_inputs,
                 "calibration": calib_inputs,
-                "precision": small[1],
+                "precision": precision_part,
                 "profiles": profiles_key,
-                "builder": small[2],
+                "builder": builder_part,
                 "target": target_key,
                 "options": options_key,
                 "plugin_libraries": plugin_libraries,
@@ -347,12 +352,15 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             runtime, deploy = runtime_cache[id(target)]
             g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
                         "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(model)], "deploy": deploy}
-            gate_key = _digest_from_parts(g_inputs, _SHARED_GATE_PARTS, shared_text)
+            sk = (id(runtime), id(g_inputs["parity"]), id(g_inputs["benchmark"]), id(deploy))
+            if sk not in settings_cache:  # the cached parts live as long as the caches: their ids are stable
+                settings_cache[sk] = settings_digest(g_inputs, shared_digest)
+            cell_gate_key = gate_key(g_inputs, settings_cache[sk])
             cells.append(Cell(address=address, manifest=manifest.file, model=model.name,
                               model_version=model.version, model_path=model.source.path, precision=spec,
                               profile_set=set_name, profiles=profiles, target=target, route=route or "none",
                               build_key=key, key_inputs=key_inputs, transform_node=transform_id,
-                              blocked=blocked, gate_key=gate_key, gate_inputs=g_inputs, calibrate_node=calib_id))
+                              blocked=blocked, gate_key=cell_gate_key, gate_inputs=g_inputs, calibrate_node=calib_id))
             if blocked:
                 continue
             build_id = f"build:{address}"
@@ -362,18 +370,19 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             gate_deps = []
             if model.gate.parity.enabled:
                 pid = f"gate:parity:{address}"
-                nodes[pid] = Node(pid, "gate:parity", (build_id,), _gate_node_key(g_inputs, "parity", shared_digest),
-                                  address=address, model=model.name)
+                pkey = gate_node_key(g_inputs, "parity", shared_digest(runtime), shared_digest(g_inputs["parity"]))
+                nodes[pid] = Node(pid, "gate:parity", (build_id,), pkey, address=address, model=model.name)
                 gate_deps.append(pid)
             if model.gate.benchmark.enabled:
                 bid = f"gate:benchmark:{address}"
                 # benchmark after parity: timing a numerically wrong engine is wasted runner time
                 nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,),
-                                  _gate_node_key(g_inputs, "benchmark", shared_digest), address=address,
+                                  gate_node_key(g_inputs, "benchmark", shared_digest(runtime),
+                                                shared_digest(g_inputs["benchmark"])), address=address,
                                   model=model.name)
                 gate_deps.append(bid)
             pub = f"publish:{address}"
-            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), record_key(key, gate_key),
+            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), record_key(key, cell_gate_key),
                               address=address, model=model.name)
 
     if problems:
@@ -385,7 +394,6 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
 # key_inputs parts shared between cells (cached above): serialized once per resolve, not once per cell
 _SHARED_PARTS = frozenset({"model", "transform", "calibration", "precision", "profiles", "builder", "target",
                            "options", "plugin_libraries"})
-_SHARED_GATE_PARTS = frozenset({"runtime", "parity", "benchmark", "deploy"})
 
 
 def _digest_from_parts(inputs: dict[str, Any], shared: frozenset[str], shared_text: Callable[[object], str]) -> str:
@@ -408,13 +416,6 @@ def _value_text(value: object) -> str:
     if type(value) is int:
         return str(value)
     return canonical_json(value)
-
-
-def _gate_node_key(g_inputs: dict[str, Any], kind: str, shared_digest: Callable[[object], str]) -> str:
-    """``gatekeys.gate_node_key`` with the shared parts' digests computed once per resolve."""
-    part = {"schema": g_inputs["schema"], "build_key": g_inputs["build_key"], "kind": kind,
-            "runtime": shared_digest(g_inputs["runtime"]), "settings": shared_digest(g_inputs[kind])}
-    return _digest_from_parts(part, frozenset(), str)
 
 
 def topological_order(nodes: Mapping[str, Node]) -> tuple[str, ...]:
