@@ -7,6 +7,7 @@ A slow spell is made real, not faked: in the disturbed blocks the wrapped sessio
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,10 @@ def test_blocks_that_disagree_make_a_noisy_verdict_not_a_pass_or_fail(session):
     limit = _limit(session)
     verdict = run_benchmark(SlowSpells(session, slow={1, 3}), FEEDS, BenchmarkGate(**SETTINGS, max_p95_ms=limit))
     assert verdict.status == "noisy" and verdict.reasons == ()
-    assert verdict.noisy[0].startswith("opt: max_p95_ms: 2 of 5 blocks fail it, 3 pass; the blocks' p50 spread")
+    # the two slow-spell blocks fail the bound; on a loaded machine one calm block may too (seen in a CI run with
+    # other jobs on both cores: "3 of 5 blocks fail it, 2 pass") — either way the blocks disagree: noisy
+    assert re.match(r"opt: max_p95_ms: (2 of 5 blocks fail it, 3 pass|3 of 5 blocks fail it, 2 pass); "
+                    r"the blocks' p50 spread", verdict.noisy[0]), verdict.noisy[0]
     assert verdict.to_json()["status"] == "noisy"
 
 
