@@ -51,6 +51,7 @@ from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
+from trt_orchestrator_plugins._trt import compat
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]
@@ -518,7 +519,9 @@ def apply(plan: BuildConfigPlan, trt: Any, builder: Any, network: Any, config: A
                 log.append("warning: this GPU has no fast FP16; FP16 layers may be slower than FP32")
         except AttributeError:
             pass  # removed in 11.0, deprecated 10.5
-    if plan.strongly_typed and hasattr(network, "get_flag"):
+    # 10.x: STRONGLY_TYPED is an opt-in the network must report. 11.x: the flag is deprecated and ignored (value 0,
+    # networks are always strongly typed), so what get_flag says about it decides nothing there.
+    if plan.strongly_typed and plan.flavour == "tensorrt" and plan.version < (11,) and hasattr(network, "get_flag"):
         try:
             if not network.get_flag(_member(trt, "NetworkDefinitionCreationFlag", "STRONGLY_TYPED")):
                 raise BuildError("the network was not created strongly typed; create it with "
@@ -572,12 +575,10 @@ def apply(plan: BuildConfigPlan, trt: Any, builder: Any, network: Any, config: A
 def build_runner_reason(fp: RunnerFingerprint, target: Target, installed_version: str | None,
                         tool: str = "TensorRT") -> str | None:
     """None if a runner with ``fp`` and ``installed_version`` of TensorRT can build ``target``, else why not."""
-    if installed_version is None:
-        return f"{tool} is not installed"
-    if parse_version(installed_version) != parse_version(target.builder_version):
-        return (f"target {target.name!r} wants TensorRT {target.builder_version}, this runner has "
-                f"{installed_version}; engines load only on the exact version that built them, so the builder "
-                "version must match exactly")
+    why = compat.builder_version_reason(target.name, target.builder_version, installed_version, tool)
+    if why:
+        return why
+    assert installed_version is not None
     why = platform_reason(fp, target, installed_version, tool)
     if why:
         return why
