@@ -41,3 +41,35 @@ def parse_cc(text: str | None) -> tuple[int, int] | None:
 
 def cc_text(cc: tuple[int, int]) -> str:
     return f"{cc[0]}.{cc[1]}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# THE version rule (issue 13): one comparison for every "does this installed version satisfy that version" check.
+#
+# Two versions are the same when they agree on the parts BOTH carry. ``trt.__version__`` is 3-part in the 8.6.1
+# and 10.0-10.7 wheels ("8.6.1", "10.7.0") and 4-part from 10.8.0.43; trtexec's banner carries the build number
+# only from 10.13.3; targets usually name the full release ("8.6.1.6", "10.13.3.9"). So:
+#
+#   8.6.1      == 8.6.1.6     (the installed module has no build number to disagree with)
+#   10.7.0     == 10.7.0.23
+#   10.13.3.9  != 10.13.3.10  (both carry the build number: it must agree)
+#   10.13.3    != 10.13.2.6   (patch differs)
+#   "" / None  matches nothing (an unreadable version is never "the same")
+#
+# A side that carries fewer parts cannot tell builds apart: the rule trusts it, and the engine's own plan header
+# (its 4-part version) is checked again before a byte is deserialized (``_trt.plan_header``).
+
+
+def common_parts(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading parts both versions carry."""
+    return min(len(a), len(b))
+
+
+def same_version(a: str | tuple[int, ...] | None, b: str | tuple[int, ...] | None) -> bool:
+    """True when ``a`` and ``b`` agree on every part both carry (see THE version rule above); False when either
+    is empty or unreadable."""
+    va = a if isinstance(a, tuple) else parse_version(a)
+    vb = b if isinstance(b, tuple) else parse_version(b)
+    n = common_parts(va, vb)
+    return n > 0 and va[:n] == vb[:n]
+

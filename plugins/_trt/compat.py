@@ -5,9 +5,12 @@ Rules (shared/reference/tensorrt-api.md §5, §8, §10):
 
 - TensorRT (engines of the ``tensorrt`` and ``trtexec`` builders): need a GPU. Exact CC match ranks best; else
   an ``ampere_plus`` engine runs on CC >= 8.0 and a ``same_compute_capability`` one only on its own CC. The
-  runtime must be the exact TensorRT version (down to the build number) unless the engine is version
-  compatible; then a newer runtime of the same major, or one major hop 8.6 -> 10.x / 10.x -> 11.x, is allowed
-  (never 8 -> 11, never older).
+  runtime must be the exact TensorRT release that built the engine unless the engine is version compatible;
+  then a newer runtime of the same major, or one major hop 8.6 -> 10.x / 10.x -> 11.x, is allowed (never
+  8 -> 11, never older). "Exact" follows ``orchestrator.core.versions.same_version``: the versions agree on
+  every part both carry (an installed ``10.7.0``, whose module has no build number, is the engine's
+  ``10.7.0.23``; ``10.13.3.9`` and ``10.13.3.10`` differ). The plan header's own 4-part version is checked
+  again at load (``plan_header``).
 - TensorRT-RTX: the engine's CC list must contain the runner's CC (RTX runtimes refuse CC 9.0 outright); the
   runner's RTX must be the same release (major.minor.patch) as the builder's.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.select import Compat
-from orchestrator.core.versions import cc_text, parse_cc, parse_version, version_text
+from orchestrator.core.versions import cc_text, common_parts, parse_cc, parse_version, same_version, version_text
 
 RTX_SUPPORTED_CCS = ("8.0", "8.6", "8.9", "12.0", "12.1")
 RTX_HOPPER_REASON = (
@@ -82,13 +85,14 @@ def check_tensorrt(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str
 def _tensorrt_version_distance(built: tuple[int, ...], have: tuple[int, ...], vc: bool) -> int | str:
     if not built:
         return "the engine's metadata records no TensorRT version"
-    if built == have:
+    if same_version(built, have):
         return 0
     if not vc:
         return (f"built with TensorRT {version_text(built)}, this runner has {version_text(have)}; a TensorRT engine "
-                "loads only on the exact version that built it (down to the build number) unless built "
-                "version compatible")
-    if have < built:
+                "loads only on the exact version that built it (down to the build number) unless built version "
+                "compatible; versions compare on the parts both carry")
+    n = common_parts(built, have)
+    if have[:n] < built[:n]:
         return (f"version-compatible engine built with TensorRT {version_text(built)} cannot run on the older "
                 f"runtime {version_text(have)}")
     if have[0] == built[0]:
@@ -119,7 +123,21 @@ def check_rtx(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "t
         return Compat.no(f"TensorRT-RTX is not installed on this runner: {INSTALL_HINTS['tensorrt-rtx']}")
     built_v = parse_version(engine.builder_version)[:3]
     have_v = parse_version(installed)[:3]
-    if built_v != have_v:
+    if not same_version(built_v, have_v):
         return Compat.no(f"built with TensorRT-RTX {version_text(built_v)}, this runner has {installed}; "
                           "RTX engines run only on the same RTX release (major.minor.patch)")
     return Compat.yes("TensorRT-RTX engine whose CC list holds this GPU, same RTX release", 100)
+
+
+def builder_version_reason(target_name: str, wanted: str, installed: str | None, tool: str = "TensorRT") -> str | None:
+    """Can a runner with ``installed`` of TensorRT (the module's ``__version__``, the install's distribution
+    version, or trtexec's banner) build target ``target_name``, which wants ``wanted``? None, or why not. The
+    one rule (``orchestrator.core.versions.same_version``): the versions agree on every part both carry, so an
+    installed ``8.6.1`` builds an ``8.6.1.6`` target and ``10.13.3.9`` does not build a ``10.13.3.10`` one."""
+    if installed is None:
+        return f"{tool} is not installed"
+    if same_version(wanted, installed):
+        return None
+    return (f"target {target_name!r} wants TensorRT {wanted}, this runner's {tool} is {installed}; engines load "
+            "only on the exact release that built them, so the builder version must be the same (compared on the "
+            "parts both versions carry: 8.6.1 is 8.6.1.6, 10.13.3.9 is not 10.13.3.10)")

@@ -36,6 +36,7 @@ from pathlib import Path
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
+from orchestrator.core.versions import same_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt.config import RTX_READS
 from trt_orchestrator_plugins._trt.plan_header import read_header
@@ -61,10 +62,10 @@ def _installed_version() -> str | None:
 
 
 def _version_matches(installed: str, wanted: str) -> bool:
-    """``1.7.1.116`` needs exactly that build; a shorter target version (``1.7``) is a prefix on components.
-    RTX engines are not compatible across RTX releases (reference §8), so no looser rule exists."""
-    have, want = installed.split("."), wanted.strip().split(".")
-    return have[: len(want)] == want
+    """The version rule (``core.versions.same_version``): the parts both carry agree, so ``1.7.1.116`` needs
+    exactly that build and a shorter target version (``1.7``) matches on its parts. RTX engines are not
+    compatible across RTX releases (reference §8), so no looser rule exists."""
+    return same_version(installed, wanted.strip())
 
 
 class _LogSink:

@@ -50,9 +50,10 @@ from orchestrator.contracts.builder import (
 )
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import parse_version
+from orchestrator.core.versions import parse_version, same_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
+from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
 from trt_orchestrator_plugins._trt import timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as _tensorrt_builder
@@ -191,19 +192,24 @@ class TrtexecReport:
 
 _LINE_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*")  # "[11/21/2026-10:00:00] [I] "
 _VERSION_LINE = re.compile(r"TensorRT version:\s*([0-9][0-9.]*)")
-_BANNER = re.compile(r"\[TensorRT v(\d+)\]")
+# "[TensorRT v101303] [b9]": the build number follows the banner from 10.13.3 (reference README, facts table)
+_BANNER = re.compile(r"\[TensorRT v(\d+)\](?:\s*\[b(\d+)\])?")
 _BUILD_TIME = re.compile(r"Engine built in\s+([0-9.]+)\s*sec")
 _THROUGHPUT = re.compile(r"^Throughput:\s*([0-9.eE+-]+)\s*qps")
 _METRIC = re.compile(r"^(Latency|Enqueue Time|H2D Latency|GPU Compute Time|D2H Latency):\s*(.*)$")
 _FIELD = re.compile(r"(min|max|mean|median|percentile\(([0-9.]+)%\))\s*=\s*([0-9.eE+-]+)\s*ms")
 
 
-def banner_version(code: str) -> str:
-    """``[TensorRT v8601]`` -> 8.6.1; ``[TensorRT v101300]`` -> 10.13.0 (major*10000 from 10.0; 8.x used *1000)."""
+def banner_version(code: str, build: str | None = None) -> str:
+    """``[TensorRT v8601]`` -> 8.6.1; ``[TensorRT v101300]`` -> 10.13.0 (major*10000 from 10.0; 8.x used *1000);
+    with the build number the banner carries from 10.13.3 (``[TensorRT v101303] [b9]``) -> 10.13.3.9. Without
+    one the version stays 3-part, which the version rule (``core.versions.same_version``) compares on 3 parts."""
     n = int(code)
     if n >= 10000:
-        return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
-    return f"{n // 1000}.{n // 100 % 10}.{n % 100}"
+        text = f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+    else:
+        text = f"{n // 1000}.{n // 100 % 10}.{n % 100}"
+    return f"{text}.{int(build)}" if build else text
 
 
 def parse_trtexec_output(text: str) -> TrtexecReport:
@@ -216,7 +222,7 @@ def parse_trtexec_output(text: str) -> TrtexecReport:
     for raw in text.splitlines():
         m = _BANNER.search(raw)
         if m and version is None:
-            version = banner_version(m.group(1))
+            version = banner_version(m.group(1), m.group(2))
         if raw.startswith("&&&& PASSED"):
             passed = True
         elif raw.startswith("&&&& FAILED"):
@@ -227,7 +233,11 @@ def parse_trtexec_output(text: str) -> TrtexecReport:
             errors.append(line)
             continue
         if (m := _VERSION_LINE.search(line)):
-            version = m.group(1)  # the "TensorRT version:" line is more precise than the banner
+            # the "TensorRT version:" line wins, unless the banner says the same release with its build number
+            line_version = m.group(1).rstrip(".")
+            if not (version and same_version(line_version, version)
+                    and len(parse_version(version)) > len(parse_version(line_version))):
+                version = line_version
         elif (m := _BUILD_TIME.search(line)):
             build_seconds = float(m.group(1))
         elif (m := _THROUGHPUT.match(line)):
@@ -264,7 +274,8 @@ def locate_trtexec() -> tuple[str | None, str | None]:
 
 
 def probe_version(executable: str) -> str | None:
-    """trtexec's version from its banner (``--help`` prints ``[TensorRT v101300]``): major.minor.patch only."""
+    """trtexec's version from its banner (``--help`` prints ``[TensorRT v101300]``, and from 10.13.3
+    ``[TensorRT v101303] [b9]``): major.minor.patch, with the build number where the banner has one."""
     try:
         proc = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -290,11 +301,11 @@ class TrtexecBuilder:
         version = probe_version(exe)
         if version is None:
             return f"could not read the TensorRT version of {exe} (--help printed no [TensorRT vNNNN] banner)"
-        # The banner has no build number; the exact check happens again against the build log's version.
-        want = parse_version(target.builder_version)
-        if parse_version(version) != want[:3]:
-            return (f"target {target.name!r} wants TensorRT {target.builder_version}, {exe} is TensorRT {version}; "
-                    "engines load only on the exact version that built them")
+        # The version rule: compared on the parts both carry (the banner has a build number from 10.13.3 only);
+        # the check happens again against the build log's version.
+        why = _compat.builder_version_reason(target.name, target.builder_version, version, f"trtexec ({exe})")
+        if why:
+            return why
         return _trt_config.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
 
     def build(self, request: BuildRequest) -> BuildResult:
@@ -352,7 +363,7 @@ class TrtexecBuilder:
             first = report.errors[0] if report.errors else f"exit status {proc.returncode}"
             raise BuildError(f"trtexec failed: {first}", node=request.address, log_tail=tail)
         used = report.tensorrt_version or version
-        if parse_version(used) != parse_version(version)[: len(parse_version(used))]:
+        if not same_version(used, version):
             raise BuildError(f"trtexec reports TensorRT {used} but the target wants {version}",
                              node=request.address, log_tail=tail)
         layer_info = out_dir / LAYER_INFO_FILE
@@ -386,7 +397,7 @@ class TrtexecBuilder:
                      "publish the cache first, or use precision via: transform (Q/DQ)")
         exe, _ = locate_trtexec()
         trtexec_version = probe_version(exe) if exe else None
-        if trtexec_version and parse_version(trtexec_version) != parse_version(version)[:3]:
+        if trtexec_version and not same_version(trtexec_version, version):
             raise BuildError(
                 f"trtexec here is TensorRT {trtexec_version} but the importable tensorrt is {version}: a calibration "
                 "cache is read only by the TensorRT version that wrote it",

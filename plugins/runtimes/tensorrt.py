@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
 from orchestrator.errors import GateError
 from trt_orchestrator_plugins import _cuda
-from trt_orchestrator_plugins._trt import compat, plan_header
+from trt_orchestrator_plugins._trt import compat, install, plan_header
 from trt_orchestrator_plugins._trt.config import memory_api
 
 
@@ -210,16 +209,17 @@ class TensorRTRuntime:
     flavour: plan_header.Flavour = "tensorrt"
     label = "TensorRT"
     missing = "TensorRT (tensorrt) is not installed: its wheels come only from NVIDIA's index"
-    distributions: tuple[str, ...] = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-libs")
+    distributions: tuple[str, ...] = install.TENSORRT_DISTRIBUTIONS
 
     def probe(self) -> InstalledRuntime | None:
-        """The installed version from package metadata (no import: TensorRT's import loads CUDA)."""
-        for name in self.distributions:
-            try:
-                return InstalledRuntime(metadata.version(name))
-            except metadata.PackageNotFoundError:
-                continue
-        return None
+        """The version of the distribution that provides the importable module (``tensorrt``, else
+        ``tensorrt_bindings``; ``tensorrt_rtx`` for RTX), read from package metadata without importing it
+        (TensorRT's import loads CUDA): ``_trt.install.find_install``. The features say which module and
+        distribution the version came from, and how the two were tied (``files``: its RECORD holds the module)."""
+        found = install.find_install(install.MODULES_OF.get(self.module, (self.module,)), self.distributions)
+        if found is None:
+            return None
+        return InstalledRuntime(found.version, found.features())
 
     def can_run(self, engine: EngineDescriptor, fingerprint: RunnerFingerprint) -> Compat:
         return compat.check_tensorrt(engine, fingerprint, self.name)

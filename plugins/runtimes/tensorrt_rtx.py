@@ -24,7 +24,7 @@ from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.select import Compat
 from orchestrator.errors import GateError
 from trt_orchestrator_plugins import _cuda
-from trt_orchestrator_plugins._trt import compat, timing_cache
+from trt_orchestrator_plugins._trt import compat, install, timing_cache
 from trt_orchestrator_plugins.runtimes.tensorrt import TensorRTRuntime, _RuntimeLog
 
 
@@ -48,7 +48,7 @@ class TensorRTRTXRuntime(TensorRTRuntime):
     slug = "rtx"
     module = "tensorrt_rtx"
     flavour = "tensorrt-rtx"
-    distributions = ("tensorrt-rtx", "tensorrt_rtx")
+    distributions = install.RTX_DISTRIBUTIONS
     label = "TensorRT-RTX"
     missing = "TensorRT-RTX (tensorrt_rtx) is not installed: pip install 'trt-orchestrator[rtx]'"
 

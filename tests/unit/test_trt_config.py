@@ -249,7 +249,8 @@ def fp(cc="8.9", os_name="linux", arch="x86_64", l4t=None):
 @pytest.mark.parametrize("runner_cc, tgt, installed, expected", [
     ("8.9", target(), "10.13.3.9", None),
     ("8.9", target(), None, "TensorRT is not installed"),
-    ("8.9", target(), "10.13.3.8", "wants TensorRT 10.13.3.9, this runner has 10.13.3.8"),
+    ("8.9", target(), "10.13.3.8", "wants TensorRT 10.13.3.9, this runner's TensorRT is 10.13.3.8"),
+    ("8.9", target(), "10.13.3", None),  # a 3-part module version builds its 4-part target (issue 13 rule)
     (None, target(), "10.13.3.9", "need an NVIDIA GPU"),
     ("8.6", target(), "10.13.3.9", "is for compute capability 8.9, this runner's GPU is 8.6"),
     ("8.6", target(ccs=(), hw="ampere_plus"), "10.13.3.9", None),

@@ -102,12 +102,25 @@ def test_banner_versions():
     assert banner_version("8601") == "8.6.1"
     assert banner_version("101300") == "10.13.0"
     assert banner_version("110100") == "11.1.0"
+    assert banner_version("101303", "9") == "10.13.3.9"  # [TensorRT v101303] [b9]: the build number, 10.13.3+
+
+
+def test_banner_build_number_read_and_kept_3_part_without_one():
+    assert parse_trtexec_output("&&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec\n"
+                                ).tensorrt_version == "10.13.3.9"
+    assert parse_trtexec_output("&&&& RUNNING TensorRT.trtexec [TensorRT v101000] # trtexec\n"
+                                ).tensorrt_version == "10.10.0"
+    assert parse_trtexec_output("&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec\n"
+                                ).tensorrt_version == "8.6.1"
+    # a version line naming another release than the banner wins (it is the library's own)
+    assert parse_trtexec_output("[TensorRT v101303] [b9]\n[I] TensorRT version: 10.13.2\n"
+                                ).tensorrt_version == "10.13.2"
 
 
 # A sample written from the documented stdout layout (reference §6 / sampleReporting.cpp), not captured from a
 # real run: TensorRT cannot be installed on these machines.
 SAMPLE = """\
-&&&& RUNNING TensorRT.trtexec [TensorRT v101300] [b9] # trtexec --onnx=/m.onnx --saveEngine=/o/engine.plan
+&&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec --onnx=/m.onnx --saveEngine=/o/engine.plan
 [11/21/2026-10:00:00] [I] === Model Options ===
 [11/21/2026-10:00:00] [I] TensorRT version: 10.13.3
 [11/21/2026-10:00:01] [W] [TRT] onnxOpImporters.cpp:123: Weight conversion warning
@@ -121,7 +134,7 @@ SAMPLE = """\
 [11/21/2026-10:00:20] [I] D2H Latency: min = 0.01 ms, max = 0.03 ms, mean = 0.02 ms, median = 0.02 ms, percentile(90%) = 0.02 ms, percentile(95%) = 0.03 ms, percentile(99%) = 0.03 ms
 [11/21/2026-10:00:20] [I] Total Host Walltime: 3.00 s
 [11/21/2026-10:00:20] [I] Total GPU Compute Time: 2.40 s
-&&&& PASSED TensorRT.trtexec [TensorRT v101300] [b9] # trtexec --onnx=/m.onnx
+&&&& PASSED TensorRT.trtexec [TensorRT v101303] [b9] # trtexec --onnx=/m.onnx
 """  # noqa: E501  (trtexec's long summary lines, verbatim)
 
 FAILED = """\
@@ -133,7 +146,7 @@ FAILED = """\
 
 def test_parse_sample_output():
     r = parse_trtexec_output(SAMPLE)
-    assert r.tensorrt_version == "10.13.3"
+    assert r.tensorrt_version == "10.13.3.9"  # the banner's build number (10.13.3+) completes the 3-part line
     assert r.build_seconds == pytest.approx(8.51234)
     assert r.errors == () and r.passed is True
     assert r.throughput_qps == pytest.approx(1234.56)
