@@ -9,6 +9,10 @@ from typing import Literal
 from orchestrator.core.artifact import ENGINE_MEDIA_TYPE
 from orchestrator.core.model import Target
 
+# Precisions a GPU generation must have: FP8 GEMMs need CC >= 8.9 on RTX and TensorRT (RTX docs "Advanced"), BF16
+# Ampere (8.0). Older GPUs cannot build them; `validate` refuses such cells and the resolver blocks them.
+MIN_CC: dict[str, tuple[int, int]] = {"fp8": (8, 9), "bf16": (8, 0)}
+
 TargetKind = Literal["compute_capability", "compute_capability_list", "hardware_compatible", "cpu", "cuda"]
 
 
@@ -43,6 +47,13 @@ class BuilderCapabilities:
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform
+
+
+def strongly_typed(target: Target, caps: BuilderCapabilities) -> bool:
+    """The target asks for a strongly typed network from a builder that applies that option: precision builder
+    flags are ignored there, so precisions come from the graph (a conversion or Q/DQ transform)."""
+    return bool(target.options.strongly_typed) and caps.reads_options is not None \
+        and "strongly_typed" in caps.reads_options
 
 
 def target_kind(target: Target) -> str:

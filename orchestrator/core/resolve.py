@@ -16,7 +16,7 @@ from functools import lru_cache
 from graphlib import TopologicalSorter
 from typing import Any
 
-from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, strongly_typed
 from orchestrator.core.gatekeys import (
     GATE_KEY_SCHEMA_VERSION,
     benchmark_inputs,
@@ -36,8 +36,6 @@ from orchestrator.errors import ManifestError, Problem
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
 
 _TRANSFORM_KIND = {"fp16": "fp16", "bf16": "bf16", "int8": "int8-qdq", "fp8": "fp8-qdq"}
-# FP8 GEMMs need CC >= 8.9 on RTX and TensorRT (RTX docs "Advanced"); older GPUs cannot build it.
-_MIN_CC = {"fp8": (8, 9), "bf16": (8, 0)}
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,8 @@ class ResolveInputs:
     tool_versions: Mapping[str, str] = field(default_factory=dict)
     plugin_libraries: Mapping[str, str] = field(default_factory=dict)  # TensorRT plugin .so -> digest
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
+    # installed transform kinds that cannot run here -> why (e.g. a library they need is missing)
+    transform_problems: Mapping[str, str] = field(default_factory=dict)
 
 
 def address_part(target: Target) -> str:
@@ -83,13 +83,15 @@ def _profiles(model: Model, set_name: str) -> tuple[OptimizationProfile, ...]:
     return tuple(out)
 
 
-def _route(spec: PrecisionSpec, caps: BuilderCapabilities) -> Route | None:
+def _route(spec: PrecisionSpec, caps: BuilderCapabilities, target: Target) -> Route | None:
     if spec.name == "fp32":
         return "none"
     if spec.via == "native":
         return "native" if spec.name in caps.native else None
     if spec.via == "transform":
         return "transform" if spec.name in caps.via_transform else None
+    if strongly_typed(target, caps) and spec.name in caps.via_transform:
+        return "transform"  # a strongly typed network ignores precision flags: the graph must carry them
     if spec.name in caps.native:
         return "native"
     if spec.name in caps.via_transform:
@@ -103,12 +105,13 @@ def _cc_tuple(cc: str) -> tuple[int, int]:
 
 
 def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, route: str | None,
-                    caps: BuilderCapabilities | None, transforms: frozenset[str] | None) -> str | None:
+                    caps: BuilderCapabilities | None, transforms: frozenset[str] | None,
+                    problems: Mapping[str, str]) -> str | None:
     if caps is None:
         return f"builder plugin {target.builder!r} is not installed"
     if route is None:
         return f"{target.builder} {target.builder_version} cannot build {spec.name} (via {spec.via})"
-    need = _MIN_CC.get(spec.name)
+    need = MIN_CC.get(spec.name)
     if need and target.compute_capabilities:
         low = sorted((c for c in target.compute_capabilities if _cc_tuple(c) < need), key=_cc_tuple)
         if low:
@@ -116,6 +119,9 @@ def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, rou
                     f"target has {', '.join(cc_slug(c) for c in low)}")
     kind = _TRANSFORM_KIND.get(spec.name)
     if route == "transform" and transforms is not None and kind not in transforms:
+        why = problems.get(str(kind))
+        if why:
+            return f"{spec.name} needs the {kind!r} transform, which cannot run here: {why}"
         return f"{spec.name} needs the {kind!r} transform, which no installed plugin provides"
     if manifest.runner_pools:
         for role, labels in (("build", target.runners.build), ("gate", target.runners.gate)):
@@ -233,7 +239,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             if ck not in caps_cache:
                 caps_cache[ck] = capabilities(*ck)
             caps = caps_cache[ck]
-            route = _route(spec, caps) if caps else None
+            route = _route(spec, caps, target) if caps else None
             address = address_of(model.name, spec.name, set_name, target)
             if address in origin:
                 problems.append(Problem(manifest.file, None, None, f"models[{model.name}]",
@@ -252,7 +258,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             profiles, profiles_key = profile_cache[pk]
 
             prepare_id = f"prepare:{model.name}@{model.version}"
-            blocked = _blocked_reason(manifest, target, spec, route, caps, inputs.transforms)
+            blocked = _blocked_reason(manifest, target, spec, route, caps, inputs.transforms,
+                                      inputs.transform_problems)
             if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
                 nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
 

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
-from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target
+from orchestrator.core.capabilities import MIN_CC, strongly_typed
+from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target, cc_slug
+from orchestrator.core.versions import parse_cc
 from orchestrator.errors import OrchestratorError
 from orchestrator.manifest.positions import Finding, Path
 from orchestrator.manifest.schema import did_you_mean
@@ -287,7 +289,9 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
             for t, target in enumerate(manifest.targets):
                 if target is None or t not in caps or not _live(manifest, model.name, spec.name, target.name):
                     continue
-                problem = _route_problem(spec.name, spec.via, caps[t])
+                problem = (_route_problem(spec.name, spec.via, caps[t])
+                           or _int8_route_problem(spec.name, spec.via, target, caps[t])
+                           or _min_cc_problem(spec.name, target))
                 if problem:
                     message, hint = problem
                     who = f"{target.builder} {target.builder_version} (target '{target.name}')"
@@ -308,3 +312,36 @@ def _route_problem(name: str, via: str, caps: BuilderCapabilities) -> tuple[str,
     if not caps.can(name):
         return f"cannot build {name} at all", "drop the precision"
     return None
+
+
+def _int8_route_problem(name: str, via: str, target: Target, caps: BuilderCapabilities) -> tuple[str, str] | None:
+    """A precision on the route the resolver will take: refuse a cell that route cannot build.
+
+    Native precisions are builder flags (+ a calibrator for int8; TensorRT 8.6-10.x); a strongly typed network
+    ignores precision builder flags, so ``via: native`` on a target with ``options.strongly_typed: true`` (on a
+    builder whose ``reads_options`` names it) leaves nothing to build. With ``via: auto`` such cells take the
+    conversion/Q-DQ transform instead. (11.x and TensorRT-RTX have no native precisions.)"""
+    if via != "native" or name not in caps.native or not strongly_typed(target, caps):
+        return None
+    how = "INT8 builder flag + calibrator" if name == "int8" else f"{name.upper()} builder flag"
+    return (f"cannot build {name} on the native route ({how}): the target is strongly typed "
+            "(options.strongly_typed: true), and a strongly typed network ignores precision builder flags",
+            f"give the precision via: transform (or via: auto) ({{name: {name}, via: transform}}: the graph carries "
+            "the precision), or drop options.strongly_typed from the target")
+
+
+def _min_cc_problem(name: str, target: Target) -> tuple[str, str] | None:
+    """fp8 needs CC >= 8.9, bf16 >= 8.0 (``core.capabilities.MIN_CC``): a target listing an older GPU cannot build
+    it (TensorRT-RTX refuses: "model contains HW-specific datatypes: fp8_e4m3")."""
+    need = MIN_CC.get(name)
+    if need is None:
+        return None
+    low = []
+    for c in target.compute_capabilities:
+        cc = parse_cc(c)
+        if cc is not None and cc < need:
+            low.append(c)
+    if not low:
+        return None
+    return (f"targets {', '.join(cc_slug(c) for c in low)}; {name} needs compute capability >= "
+            f"{need[0]}.{need[1]}", f"build {name} only for targets of CC >= {need[0]}.{need[1]}")
