@@ -100,6 +100,22 @@ def transform(kind: str) -> Transform:
     return plugin
 
 
+def transform_problems() -> dict[str, str]:
+    """Installed transform kinds -> why each cannot run here ("" when it can). A transform may say so itself with
+    an optional ``available() -> str | None`` (cheap, no heavy import): a cell it would transform is then
+    blocked with that reason at plan time instead of failing its transform step."""
+    out: dict[str, str] = {}
+    for kind in names(TRANSFORMS):
+        try:
+            plugin = transform(kind)
+        except PluginError as e:
+            out[kind] = e.message
+            continue
+        probe = getattr(plugin, "available", None)
+        out[kind] = (probe() or "") if callable(probe) else ""
+    return out
+
+
 def runtime(name: str) -> Runtime:
     plugin: Runtime = load(RUNTIMES, name)
     return plugin

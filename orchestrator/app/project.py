@@ -84,8 +84,11 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
                     data_digests[data.path] = cache.data_digest(data.path)
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
+    problems = plugins.transform_problems()
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
-                                             transforms=frozenset(plugins.names(plugins.TRANSFORMS))), caps)
+                                             transforms=frozenset(k for k, why in problems.items() if not why),
+                                             transform_problems={k: why for k, why in problems.items() if why}),
+                    caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
     return Project(manifests, graph, ws, digests)
 

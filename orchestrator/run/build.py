@@ -88,7 +88,7 @@ def step_build(task: StepTask) -> StepOutcome:
             calib_path, data = found
             calibration = {"key": data.get("key"), "digest": data.get("digest"), "size": data.get("size"),
                            "calibrator": data.get("calibrator"), "node": cell.calibrate_node,
-                           "path": str(calib_path)}
+                           "path": str(calib_path), "publish": data.get("publish", True)}
             how = ("its Q/DQ scales come from" if cell.transform_node else "int8 scales read from")
             log(f"{how} calibration cache {data.get('digest')} ({cell.calibrate_node}, {data.get('source')}); "
                 "shared by every int8 cell with this calibration key, not recomputed")

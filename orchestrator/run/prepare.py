@@ -132,7 +132,9 @@ def step_calibrate(task: StepTask) -> StepOutcome:
         log(f"calibration cache {digest} ({size} bytes, {source}); every cell with this calibration key reuses it")
     return StepOutcome(files=(CALIBRATION_CACHE,), data={
         "cache": CALIBRATION_CACHE, "digest": digest, "size": size, "key": task.node.key, "calibrator": by,
-        "source": source, "facts": facts})
+        "source": source, "facts": facts,
+        # a calibrator whose cache holds the calibration data itself says so: it is then never published
+        "publish": bool(facts.get("publish", True))})
 
 
 def step_transform(task: StepTask) -> StepOutcome:

@@ -78,7 +78,8 @@ def _caches(payload: PublishPayload, build_dir: Path, build: dict[str, Any]
         path = Path(payload.calibration_dir) / "calibration.cache"
         if path.is_file():
             name = f"calibration-{str(calib['key'])[:16]}.cache"
-            attachments.append(Attachment(path, "calibration-cache", name))
+            if calib.get("publish", True):  # a cache that is the calibration data itself stays on the runner
+                attachments.append(Attachment(path, "calibration-cache", name))
             caches["calibration"] = {"key": calib["key"], "digest": calib["digest"], "name": name,
                                      "calibrator": str(calib.get("calibrator") or ""), "size": int(calib["size"])}
     timing = build.get("timing_cache")
