@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from trt_orchestrator_plugins import _cuda
-from trt_orchestrator_plugins._trt import timing_cache
+from trt_orchestrator_plugins._trt import timing_cache, trtexec_options
 
 FIXTURE = Path(__file__).with_name("test_builder_trt_surface.json")
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "trt-api-surface"
@@ -57,7 +57,6 @@ def extract_subset(surface: dict) -> dict:
     return {"version": surface["version"], "classes": classes, "enums": enums}
 
 
-TRTEXEC_FIXTURE = Path(__file__).with_name("test_builder_trtexec_options.json")
 # every trtexec option the trtexec builder may emit
 TRTEXEC_USED = ("--onnx", "--saveEngine", "--skipInference", "--fp16", "--bf16", "--int8", "--fp8", "--stronglyTyped",
                 "--versionCompatible", "--excludeLeanRuntime", "--memPoolSize", "--profile", "--minShapes",
@@ -67,9 +66,9 @@ TRTEXEC_USED = ("--onnx", "--saveEngine", "--skipInference", "--fp16", "--bf16",
                 "--exportLayerInfo", "--profilingVerbosity")
 
 
-def trtexec_subset(options: dict) -> dict[str, list[str]]:
-    """Per OSS tag, which of ``TRTEXEC_USED`` trtexec accepts (from trtexec_options.json's ``tags``)."""
-    return {tag: sorted(set(TRTEXEC_USED) & set(names)) for tag, names in options["tags"].items()}
+def trtexec_subset(options: dict[str, frozenset[str]]) -> dict[str, list[str]]:
+    """Per OSS tag, which of ``TRTEXEC_USED`` trtexec accepts."""
+    return {tag: sorted(set(TRTEXEC_USED) & set(names)) for tag, names in options.items()}
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -82,7 +81,8 @@ def load_fixture() -> dict[str, dict]:
 
 SURFACES = load_fixture()
 RELEASES = sorted(SURFACES, key=_version_key)
-TRTEXEC_OPTIONS: dict[str, list[str]] = json.loads(TRTEXEC_FIXTURE.read_text()) if TRTEXEC_FIXTURE.is_file() else {}
+# the project's own table (plugins/_trt/trtexec_options.py; tests/conformance checks it equals the reference)
+TRTEXEC_OPTIONS: dict[str, list[str]] = trtexec_subset(dict(trtexec_options.OPTIONS))
 
 
 def trtexec_tag_version(tag: str) -> str:
@@ -112,16 +112,7 @@ def test_fixture_is_the_real_surface():
     assert extracted == SURFACES
 
 
-def test_trtexec_fixture_is_the_real_option_table():
-    table = REFERENCE / "trtexec_options.json"
-    if not table.is_file():
-        pytest.skip(f"trtexec's option table is not on this machine ({table}): the fixture cannot be re-checked here")
-    assert trtexec_subset(json.loads(table.read_text())) == TRTEXEC_OPTIONS
-
-
 def write_fixture() -> None:  # pragma: no cover - how the fixtures were made (python -c "...write_fixture()")
-    TRTEXEC_FIXTURE.write_text(json.dumps(trtexec_subset(json.loads((REFERENCE / "trtexec_options.json").read_text())),
-                                          indent=0, sort_keys=True) + "\n")
     out = {}
     for path in sorted(REFERENCE.glob("surface_*.json.gz")):
         surface = json.loads(gzip.open(path).read())

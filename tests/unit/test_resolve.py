@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.core.gatekeys import gate_key, gate_node_key
+from orchestrator.core.gatekeys import gate_inputs, gate_key, gate_node_key
 from orchestrator.core.keys import digest_of, record_key
 from orchestrator.core.model import MatrixRule, RunnerPool
 from orchestrator.core.resolve import ResolveInputs, resolve, topological_order
@@ -408,7 +408,9 @@ def test_spliced_keys_equal_their_plain_definitions():
     m = manifest([model("m", precs=(*precisions("fp16"), *precisions("int8", via="transform")),
                         calibration="/data/calib")], [target(), rtx_target(), ort_target()])
     g = _resolve(m)
+    models = {mod.name: mod for mod in m.models}
     for cell in g.cells:
+        assert cell.gate_inputs == gate_inputs(cell.build_key, models[cell.model], cell.precision, cell.target, None)
         assert cell.build_key == digest_of(cell.key_inputs)
         assert cell.gate_key == gate_key(cell.gate_inputs)
         for kind in ("parity", "benchmark"):
