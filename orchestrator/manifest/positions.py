@@ -271,6 +271,10 @@ def parse_yaml(text: str, file: str) -> Parsed:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        if "maximum nesting depth" in (e.problem or ""):
+            # libyaml >= 0.2.6 (bundled from PyYAML 6.0.4) stops deep flow nesting in its scanner, which reads
+            # ahead of the events _nesting counts: the same finding, at libyaml's mark
+            return Parsed(None, source, (_too_deep(where),))
         what = printable(e.problem or e.context or "invalid YAML")
         context = ""
         if e.context and e.problem:
