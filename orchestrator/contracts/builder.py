@@ -32,6 +32,7 @@ from orchestrator.core.capabilities import BuilderCapabilities, TargetKind, targ
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import OptimizationProfile
 from orchestrator.core.model import BuilderOptions, DataSource, PrecisionSpec, Target
+from orchestrator.core.toolchain import Provisioning
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,6 @@ class Transform(Protocol):
         """Write request.out_path; return facts for the log (e.g. nodes converted)."""
         ...
 
-__all__ = ["BuilderCapabilities", "TargetKind", "target_kind", "OptimizationProfile", "BuildRequest",
+__all__ = ["BuilderCapabilities", "Provisioning", "TargetKind", "target_kind", "OptimizationProfile", "BuildRequest",
            "BuildResult", "Builder", "CalibrateRequest", "Calibrator", "TransformRequest", "Transform",
            "probe_target"]

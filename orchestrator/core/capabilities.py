@@ -8,6 +8,7 @@ from typing import Literal
 
 from orchestrator.core.artifact import ENGINE_MEDIA_TYPE
 from orchestrator.core.model import Target
+from orchestrator.core.toolchain import Provisioning
 
 # Precisions a GPU generation must have: FP8 GEMMs need CC >= 8.9 on RTX and TensorRT (RTX docs "Advanced"), BF16
 # Ampere (8.0). Older GPUs cannot build them; `validate` refuses such cells and the resolver blocks them.
@@ -44,6 +45,7 @@ class BuilderCapabilities:
     calibration_family: str | None = None
     # It can build from a given timing cache and fail on a tactic the cache lacks (``timing_cache: {pin: true}``)
     pins_timing_cache: bool = False
+    provisioning: Provisioning = field(default_factory=Provisioning)
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.core.model import PrecisionSpec, Target
+from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Cell:
     gate_key: str = ""
     gate_inputs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     calibrate_node: str | None = None  # the calibration cache it is built from (int8)
+    toolchain: ResolvedToolchain = RUNNER  # what CI provisions for it (``core.toolchain``); shards group by it
 
     @property
     def build_labels(self) -> tuple[str, ...]:

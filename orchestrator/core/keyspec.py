@@ -157,7 +157,11 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].source.path": _build("the model file, by content digest (with external data): key_inputs.model",
                                    _MODEL),
     "models[].source.sha256": _none("a pin the loader checks against the file; the file's digest is keyed "
-                                    "(models[].source.path), so a pin changes nothing it could not refuse"),
+                                    "(models[].source.path), so a pin changes nothing it could not refuse; for a "
+                                    "url source the download is verified against it and its content is keyed the "
+                                    "same way (key_inputs.model)"),
+    "models[].source.url": _none("where the file is fetched from, not what it is: the download must match "
+                                 "source.sha256 and its content is keyed (key_inputs.model)"),
     "models[].inputs.*.shape": _build(
         "a static input's declared shape is the shape calibration runs at (key_inputs.calibration.shapes); every "
         "declared shape shapes the gates' inputs (gate_inputs.*.model.inputs)",
@@ -247,6 +251,11 @@ _EXPLICIT: dict[str, KeyRule] = {
         "the OS/architecture engines are built for (key_inputs.target.platform), for builders whose capabilities "
         "say platform_specific", Cells("the target's cells, if its builder's engines are platform-specific",
                                        platform_specific=True)),
+    **{path: _none("how CI provisions the target's exact builder version (container image, pinned wheels or the "
+                   "runner's install), not which version: builder_version is keyed, and a shard verifies the version "
+                   "it got before building")
+       for path in ("targets[].toolchain", "targets[].toolchain.kind", "targets[].toolchain.image",
+                    "targets[].toolchain.index_url", "targets[].toolchain.cuda")},
     "targets[].gpu_match": _gate(
         "the deployment policy its records carry (gate_inputs.deploy): republished without a rebuild", _TARGET),
     "targets[].runners.build": _none("runner labels say where work runs, not what is built; the runner's GPU and "
@@ -274,7 +283,7 @@ _EXPLICIT: dict[str, KeyRule] = {
        for section in ("include", "exclude") for f in ("model", "precision", "profile_set", "target")},
     **{f"registry.{f}": _none("where engines and records are published, not what they are (a verdict's "
                               "benchmark baseline from the registry is checked when a verdict is reused)")
-       for f in ("store", "path", "url", "insecure")},
+       for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret")},
     **{path: _none("a runner pool the team has: it marks cells blocked when no pool can run them, never what is "
                    "built or judged")
        for path in ("runners[].labels", "runners[].compute_capability", "runners[].gpu", "runners[].tensorrt",

@@ -15,6 +15,10 @@ PrecisionVia = Literal["auto", "native", "transform"]
 CalibrationMethod = Literal["entropy", "percentile", "minmax"]
 HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
 GpuMatch = Literal["sku", "cc"]
+# How fleet CI provisions a target's exact builder version: the runner has it installed (its labels say so), the job
+# runs in the container image of that release, or it installs pinned wheels into a cached virtual environment.
+ToolchainKind = Literal["runner", "container", "pip"]
+TOOLCHAIN_KINDS: tuple[str, ...] = ("runner", "container", "pip")
 # Where engines of a target run: ``os/arch`` with an optional variant (the L4T release on Jetson), docker-style.
 DEFAULT_PLATFORM = "linux/x86_64"
 
@@ -130,8 +134,10 @@ class PrecisionSpec:
 
 @dataclass(frozen=True)
 class SourceModel:
-    path: str  # absolute
+    path: str  # absolute; for a ``url`` source, where the verified download lives (content-addressed)
     sha256: str | None = None
+    url: str | None = None  # https://, s3://, gs://, hf://repo/file (fetched and checked against sha256)
+    where: str = ""  # "manifests/x.yaml:12" of the source, for errors raised after loading (a bad download)
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,16 @@ class BuilderOptions:
 
 
 @dataclass(frozen=True)
+class Toolchain:
+    """``targets[].toolchain``: how CI gets this target's exact builder version (``core.toolchain`` resolves it)."""
+
+    kind: ToolchainKind = "runner"
+    image: str | None = None  # container: an explicit image (a tag, or pinned @sha256:...); None: the known one
+    index_url: str | None = None  # pip: the extra index the wheels come from; None: the builder's own default
+    cuda: str | None = None  # pip: the CUDA major of "-cuXX" wheels ("12", "13"); None: the builder's default
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     builder: str  # builder plugin name
@@ -221,6 +237,7 @@ class Target:
     # How `pull` matches GPUs: "cc" (any GPU of the compute capability; the one it was built on ranks first) or
     # "sku" (only the GPU model it was built on).
     gpu_match: GpuMatch = "cc"
+    toolchain: Toolchain = field(default_factory=Toolchain)
 
     @property
     def version_family(self) -> str:
@@ -268,11 +285,21 @@ class MatrixRule:
 
 
 @dataclass(frozen=True)
+class RegistryCredentials:
+    """Names of the CI secrets holding a registry login (never the values): the publish job reads them into the
+    environment variables the OCI store reads."""
+
+    username_secret: str
+    password_secret: str
+
+
+@dataclass(frozen=True)
 class RegistryConfig:
     store: str | None = None  # store plugin name; None: the default store (``orchestrator.plugins``)
     path: str | None = None  # local store directory (absolute)
     url: str | None = None  # oci: host[:port]/repository-prefix
     insecure: bool = False
+    credentials: RegistryCredentials | None = None
 
 
 @dataclass(frozen=True)

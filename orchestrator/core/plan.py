@@ -20,6 +20,8 @@ from typing import Any, Literal
 from orchestrator.core.artifact import IndexEntry
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
+from orchestrator.core.model import cc_slug
+from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 from orchestrator.errors import PlanError
 
 PLAN_FORMAT_VERSION = 1
@@ -63,10 +65,14 @@ class Shard:
     gate_labels: tuple[str, ...]
     targets: tuple[str, ...]
     addresses: tuple[str, ...]
+    toolchain: ResolvedToolchain = RUNNER  # every cell of a shard has this one
+    # (builder, exact version, CCs or device) of its targets: keys the CI cache of timing/calibration caches
+    cache_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "build_labels": list(self.build_labels), "gate_labels": list(self.gate_labels),
-                "targets": list(self.targets), "addresses": list(self.addresses)}
+                "targets": list(self.targets), "addresses": list(self.addresses),
+                "toolchain": self.toolchain.to_json(), "cache_key": self.cache_key}
 
 
 @dataclass(frozen=True)
@@ -143,15 +149,27 @@ def _slug(labels: tuple[str, ...]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60]
 
 
+def cache_key(cells: list[Cell]) -> str:
+    """What the timing and calibration caches of these cells depend on: builder, exact version, CCs (or device).
+    Readable for one target kind, else a digest of them all."""
+    parts = sorted({f"{c.target.builder}-{c.target.builder_version}-"
+                    + ("_".join(cc_slug(cc) for cc in c.target.compute_capabilities) or c.target.device)
+                    for c in cells})
+    text = re.sub(r"[^A-Za-z0-9_.-]+", "_", parts[0] if len(parts) == 1 else "")
+    if not text or len(text) > 80:
+        text = "mixed-" + hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
+    return text
+
+
 def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None,
                 max_shards: int | None = None, max_cells_per_shard: int = 0) -> tuple[Shard, ...]:
-    """Group cells by their build label set (+ gate labels). Chunks split a big group only while the total
-    stays within ``max_shards`` (the CI emitter's limit, e.g. one GitHub matrix; None: no limit)."""
-    groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Cell]] = {}
+    """Group cells by their build label set (+ gate labels) and toolchain. Chunks split a big group only while the
+    total stays within ``max_shards`` (the CI emitter's limit, e.g. one GitHub matrix; None: no limit)."""
+    groups: dict[tuple[tuple[str, ...], tuple[str, ...], ResolvedToolchain], list[Cell]] = {}
     for cell in cells:
         if cell.blocked or (only_changed is not None and cell.address not in only_changed):
             continue
-        groups.setdefault((cell.build_labels, cell.gate_labels), []).append(cell)
+        groups.setdefault((cell.build_labels, cell.gate_labels, cell.toolchain), []).append(cell)
     if max_shards is not None and len(groups) > max_shards:
         raise PlanError(
             f"the plan needs {len(groups)} distinct runner label sets, more than the {max_shards} jobs the CI "
@@ -161,8 +179,12 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
     shards = []
     budget = (max_shards - len(groups)) if max_shards is not None else len(cells)
     used: set[str] = set()
-    for (build, gate), members in sorted(groups.items()):
+    for (build, gate, toolchain), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                                   kv[0][2].digest())):
         base = _slug(build)
+        if toolchain.kind != "runner":  # e.g. self-hosted-gpu-l4@tensorrt-25.01-py3, gpu@pip-6f1c2a9e
+            label = toolchain.image.rsplit("/", 1)[-1].split("@", 1)[0] if toolchain.kind == "container" else ""
+            base += "@" + (_slug((label,))[:40] if label else f"{toolchain.kind}-{toolchain.digest()[:8]}")
         chunks = 1
         if max_cells_per_shard and len(members) > max_cells_per_shard:
             want = -(-len(members) // max_cells_per_shard)
@@ -178,11 +200,12 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
             if gate != build:
                 sid += "~" + _slug(gate)[:30]
             if sid in used:  # slugs are truncated and sanitized: two label sets can slug alike
-                sid += "-" + hashlib.sha256(repr((build, gate, i)).encode()).hexdigest()[:8]
+                sid += "-" + hashlib.sha256(repr((build, gate, toolchain.digest(), i)).encode()).hexdigest()[:8]
             used.add(sid)
             shards.append(Shard(id=sid, build_labels=build, gate_labels=gate,
                                 targets=tuple(sorted({c.target.name for c in part})),
-                                addresses=tuple(c.address for c in part)))
+                                addresses=tuple(c.address for c in part), toolchain=toolchain,
+                                cache_key=cache_key(part)))
     return tuple(shards)
 
 
@@ -216,7 +239,9 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
                                   changes=tuple(c.get("changes", ())), published_digest=c.get("published_digest"),
                                   shard=c.get("shard"), gate_key=c.get("gate_key", "")) for c in data["cells"])
         shards = tuple(Shard(id=s["id"], build_labels=tuple(s["build_labels"]), gate_labels=tuple(s["gate_labels"]),
-                             targets=tuple(s["targets"]), addresses=tuple(s["addresses"])) for s in data["shards"])
+                             targets=tuple(s["targets"]), addresses=tuple(s["addresses"]),
+                             toolchain=ResolvedToolchain.from_json(s.get("toolchain")),
+                             cache_key=str(s.get("cache_key", ""))) for s in data["shards"])
         return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],
                     manifests=dict(data.get("manifests", {})), models=dict(data.get("models", {})))
     except (KeyError, TypeError) as e:

@@ -31,6 +31,7 @@ from orchestrator.core.gatekeys import (
 from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile, Route
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
 from orchestrator.core.model import DataSource, Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
+from orchestrator.core.toolchain import RUNNER, ResolvedToolchain, ToolchainProblem, resolve_toolchain
 from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
@@ -215,6 +216,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     small_parts: dict[tuple[str | None, ...], dict[str, Any]] = {}
     bench_cache: dict[int, dict[str, Any] | None] = {}
     runtime_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    toolchain_cache: dict[int, tuple[ResolvedToolchain, str | None]] = {}
     settings_cache: dict[tuple[int, int, int, int], str] = {}
     plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
     texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
@@ -260,6 +262,13 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             prepare_id = f"prepare:{model.name}@{model.version}"
             blocked = _blocked_reason(manifest, target, spec, route, caps, inputs.transforms,
                                       inputs.transform_problems)
+            if caps is not None and id(target) not in toolchain_cache:
+                try:
+                    toolchain_cache[id(target)] = (resolve_toolchain(target, caps.provisioning), None)
+                except ToolchainProblem as e:
+                    toolchain_cache[id(target)] = (RUNNER, f"toolchain {target.toolchain.kind}: {e.message}")
+            toolchain, toolchain_problem = toolchain_cache.get(id(target), (RUNNER, None))
+            blocked = blocked or toolchain_problem
             if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
                 nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
 
@@ -367,7 +376,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                               model_version=model.version, model_path=model.source.path, precision=spec,
                               profile_set=set_name, profiles=profiles, target=target, route=route or "none",
                               build_key=key, key_inputs=key_inputs, transform_node=transform_id,
-                              blocked=blocked, gate_key=cell_gate_key, gate_inputs=g_inputs, calibrate_node=calib_id))
+                              blocked=blocked, gate_key=cell_gate_key, gate_inputs=g_inputs, calibrate_node=calib_id,
+                              toolchain=toolchain))
             if blocked:
                 continue
             build_id = f"build:{address}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
 from orchestrator.core.capabilities import MIN_CC, strongly_typed
 from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target, cc_slug
+from orchestrator.core.toolchain import ToolchainProblem, resolve_toolchain
 from orchestrator.core.versions import parse_cc
 from orchestrator.errors import OrchestratorError
 from orchestrator.manifest.positions import Finding, Path
@@ -201,7 +202,18 @@ def check_target(target: Target, path: Path, capabilities: CapabilitiesFn, build
         out.append(Finding(path + (key,), f"{target.builder} {target.builder_version} cannot build for "
                            f"{_KIND_WORDS.get(kind, kind)}", hint))
     _check_options(target, path, caps, out)
+    try:
+        resolve_toolchain(target, caps.provisioning)
+    except ToolchainProblem as e:
+        where = path + ("toolchain",) + ((e.field,) if e.field and not _shorthand(target) else ())
+        out.append(Finding(where, f"toolchain {target.toolchain.kind}: {e.message}", e.hint))
     return caps
+
+
+def _shorthand(target: Target) -> bool:
+    """`toolchain: pip` (a string): findings about its fields point at the toolchain line itself."""
+    t = target.toolchain
+    return t.image is None and t.index_url is None and t.cuda is None
 
 
 def _check_options(target: Target, path: Path, caps: BuilderCapabilities, out: list[Finding]) -> None:

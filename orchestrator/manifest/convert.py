@@ -31,11 +31,13 @@ from orchestrator.core.model import (
     Preprocess,
     ProfileShapes,
     RegistryConfig,
+    RegistryCredentials,
     RunnerLabels,
     RunnerPool,
     SourceModel,
     Target,
     Tolerance,
+    Toolchain,
 )
 from orchestrator.core.platform import PlatformError, normalize_platform
 from orchestrator.manifest.positions import Finding, Path
@@ -123,7 +125,7 @@ def _precision(raw: str | dict) -> PrecisionSpec:
                          calibration_method=raw.get("calibration_method", "entropy"))
 
 
-def _model(raw: dict, base_dir: str) -> Model:
+def _model(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> Model:
     inputs = tuple(
         InputSpec(name=name, shape=tuple(spec["shape"]), dtype=spec.get("dtype", "float32"),
                   profiles={p: ProfileShapes(tuple(s["min"]), tuple(s["opt"]), tuple(s["max"]))
@@ -135,7 +137,7 @@ def _model(raw: dict, base_dir: str) -> Model:
     sets = raw.get("profile_sets") or ({p: (p,) for p in names} if names else {"default": ()})
     return Model(
         name=raw["name"], version=raw["version"],
-        source=SourceModel(path=_abs(base_dir, raw["source"]["path"]), sha256=raw["source"].get("sha256")),
+        source=_source(raw["source"], base_dir, path + ("source",), findings),
         inputs=inputs,
         constraints=tuple(DimConstraint(dim=d, multiple_of=c.get("multiple_of"), min=c.get("min"), max=c.get("max"))
                           for d, c in raw.get("constraints", {}).items()),
@@ -159,6 +161,19 @@ def normalize_cc(value: Any, path: Path, findings: list[Finding], text: str | No
                                 'e.g. "8.9" or "12.0" (quote it so YAML keeps the digits)'))
         return None
     return cc
+
+
+def _source(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> SourceModel:
+    if "url" in raw:  # the path is where the verified download lives, set by the project loader (app.sources)
+        if "sha256" not in raw:
+            findings.append(Finding(path + ("url",), "a model fetched from a url needs its sha256",
+                                    "add sha256: <64 hex digits> (`sha256sum model.onnx` of the file you expect)"))
+        return SourceModel(path="", sha256=raw.get("sha256"), url=raw["url"])
+    if "path" not in raw:
+        findings.append(Finding(path, "a model source needs a path or a url",
+                                "e.g. source: {path: models/det.onnx} or {url: https://..., sha256: ...}"))
+        return SourceModel(path="")
+    return SourceModel(path=_abs(base_dir, raw["path"]), sha256=raw.get("sha256"))
 
 
 def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]) -> Target | None:
@@ -202,7 +217,16 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         name=raw["name"], builder=raw["builder"], builder_version=version, compute_capabilities=tuple(ccs),
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
-        options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"))
+        options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
+        toolchain=_toolchain(raw.get("toolchain", "runner")))
+
+
+def _toolchain(raw: str | dict) -> Toolchain:
+    if isinstance(raw, str):
+        return Toolchain(kind=raw)  # type: ignore[arg-type]  # the schema allows only the kinds
+    cuda = raw.get("cuda")
+    return Toolchain(kind=raw["kind"], image=raw.get("image"), index_url=raw.get("index_url"),
+                     cuda=None if cuda is None else str(cuda))
 
 
 def _options(raw: dict) -> BuilderOptions:
@@ -253,7 +277,7 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
         if "gate" in defaults:
             raw = {**raw, "gate": deep_merge(defaults["gate"], raw.get("gate", {}), path + ("gate",),
                                              ("defaults", "gate"), out.redirects)}
-        out.models.append(_model(raw, base_dir))
+        out.models.append(_model(raw, base_dir, path, out.findings))
     for i, raw in enumerate(_section(data, "targets", list)):
         if defaults is None or _invalid(bad, ("targets", i)) or not isinstance(raw, dict):
             out.targets.append(None)
@@ -297,4 +321,17 @@ def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> Registr
         path = _abs(base_dir, path) if path else default_registry_dir(manifest_file)
     elif path is not None:
         path = _abs(base_dir, path)
-    return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False))
+    creds = raw.get("credentials")
+    credentials = (RegistryCredentials(creds["username_secret"], creds["password_secret"])
+                   if isinstance(creds, dict) else None)
+    if credentials is not None and store == "local":
+        findings.append(Finding(("registry", "credentials"), f"a {store} store takes no credentials",
+                                "remove credentials, or use store: oci"))
+    for key in ("username_secret", "password_secret"):
+        name = getattr(credentials, key, "") or ""
+        if name.upper().startswith("GITHUB_"):
+            findings.append(Finding(("registry", "credentials", key), f"secret name {name!r} is reserved by GitHub",
+                                    "GHCR needs no credentials (the workflow uses GITHUB_TOKEN); name your own "
+                                    "secret otherwise, e.g. REGISTRY_TOKEN"))
+    return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False),
+                          credentials=credentials)

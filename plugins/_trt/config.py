@@ -45,13 +45,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.contracts.builder import BuilderCapabilities
+from orchestrator.contracts.builder import BuilderCapabilities, Provisioning
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import compat
+from trt_orchestrator_plugins._trt import provisioning as _provisioning
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]
@@ -276,6 +277,7 @@ def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "p
         platform_specific=not rtx,
         calibration_family="tensorrt" if calibrates else None,
         pins_timing_cache=not rtx and v >= ERROR_ON_MISS_SINCE,
+        provisioning=Provisioning() if rtx else _provisioning.provisioning(version, tool),
     )
 
 

@@ -27,7 +27,7 @@ import collections
 import time
 from pathlib import Path
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.artifact import ONNX_ENGINE_MEDIA_TYPE
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
@@ -83,6 +83,11 @@ class OnnxRuntimeBuilder:
             platform_specific=True,
             calibration_family=None,
             pins_timing_cache=False,
+            provisioning=Provisioning(
+                # builder_version is "1.31" or "1.31.1": the family pins every patch release of it
+                pip_requirements={"": (f"onnxruntime=={version}" + (".*" if version.count(".") == 1 else ""),),
+                                  "12": (f"onnxruntime-gpu=={version}" + (".*" if version.count(".") == 1 else ""),)},
+                container_missing="no container image of onnxruntime is known to this tool"),
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:

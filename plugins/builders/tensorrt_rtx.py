@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, probe_target
+from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 from orchestrator.core.versions import same_version
@@ -262,6 +262,10 @@ class TensorRtxBuilder:
             platform_specific=False,
             calibration_family=None,
             pins_timing_cache=False,  # timing cache APIs are no-ops since RTX 1.2 (reference §8)
+            # PyPI ships `tensorrt-rtx` wheels (the demo's pin); NVIDIA publishes no TensorRT-RTX container
+            provisioning=Provisioning(
+                pip_requirements={"": (f"tensorrt-rtx=={version}",)},
+                container_missing=f"NVIDIA publishes no container image of TensorRT-RTX {version}"),
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:

@@ -45,6 +45,7 @@ from orchestrator.core.keys import canonical_json
 from orchestrator.core.keyspec import KEY_TABLE, Cells, KeyRule, disagreement, mirrored_path, schema_leaves
 from orchestrator.core.model import PRECISIONS, Manifest, Model, ParityGate
 from orchestrator.core.resolve import ResolveInputs, resolve
+from orchestrator.core.toolchain import Provisioning
 from orchestrator.digests import DigestCache
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import load_manifest, schema
@@ -140,7 +141,9 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
         native = frozenset({"fp16", "bf16", "int8"}) if major < 11 else frozenset()
         return BuilderCapabilities(native=native, via_transform=QDQ, target_kinds=gpu, needs_gpu=True, runs_on="trt",
                                    supports_calibrator=major < 11, reads_options=TRT_READS, extra_options=EXTRA,
-                                   calibration_family="tensorrt" if major < 11 else None, pins_timing_cache=True)
+                                   calibration_family="tensorrt" if major < 11 else None, pins_timing_cache=True,
+                                   provisioning=Provisioning(pip_requirements={"12": (f"tensorrt-cu12=={version}",),
+                                                                            "13": (f"tensorrt-cu13=={version}",)}))
     if builder == "trtexec":
         return BuilderCapabilities(native=frozenset({"fp16", "bf16"}), via_transform=QDQ, target_kinds=gpu,
                                    needs_gpu=True, runs_on="trt", reads_options=None, extra_options=EXTRA,
@@ -149,7 +152,9 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
         return BuilderCapabilities(native=frozenset(), via_transform=QDQ, needs_gpu=False, runs_on="rtx",
                                    target_kinds=frozenset({"compute_capability", "compute_capability_list"}),
                                    reads_options=frozenset({"optimization_level", "tiling_level", "workspace_mib",
-                                                            "extra"}), extra_options=EXTRA)
+                                                            "extra"}), extra_options=EXTRA,
+                                   provisioning=Provisioning(pip_requirements={"": (f"tensorrt-rtx=={version}",)},
+                                                             container_image="example.test/rtx:1"))
     if builder == "onnxruntime":
         return BuilderCapabilities(native=frozenset(), via_transform=frozenset({"fp16", "int8"}),
                                    target_kinds=frozenset({"cpu", "cuda"}), needs_gpu=False, runs_on="anywhere",
@@ -251,6 +256,7 @@ targets:
     platform: linux/x86_64
     gpu_match: sku
     runners: {{build: [self-hosted, l4], gate: [self-hosted, l4, gpu]}}
+    toolchain: {{kind: pip, cuda: "12", index_url: "https://pypi.nvidia.com/simple"}}
     options:
       optimization_level: 4
       tiling_level: fast
@@ -283,7 +289,8 @@ matrix:
     - {{model: cls, precision: fp16, profile_set: default, target: rtx}}
     - {{model: seg, target: rtx}}
     - {{precision: fp16, profile_set: small, target: a10-trtexec}}
-registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true}}
+registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
+           credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN}}}}
 runners:
   - {{labels: [self-hosted, l4], compute_capability: "8.9", gpu: NVIDIA L4, tensorrt: "10.13.3.9",
      tensorrt_rtx: "1.2.0.54"}}
@@ -312,8 +319,10 @@ models:
     source: {{path: ../models/cls.onnx}}
     inputs: {{x: {{shape: [1, 4]}}}}
 targets:
-  - {{name: l4, builder: tensorrt, builder_version: "10.13.3.9", compute_capability: "8.9"}}
-  - {{name: rtx, builder: tensorrt-rtx, builder_version: "1.7.1.116", compute_capabilities: ["8.9", "12.0"]}}
+  - {{name: l4, builder: tensorrt, builder_version: "10.13.3.9", compute_capability: "8.9",
+      toolchain: {{kind: container, image: "nvcr.io/nvidia/tensorrt:25.10-py3"}}}}
+  - {{name: rtx, builder: tensorrt-rtx, builder_version: "1.7.1.116", compute_capabilities: ["8.9", "12.0"],
+     toolchain: runner}}
 """
 
 MODEL_FILES = ("../models/det.onnx", "../models/det2.onnx", "../models/cls.onnx", "../models/seg.onnx",
@@ -586,6 +595,7 @@ PREPARED: dict[str, Prepared] = {
     "targets[].compute_capabilities": lambda cur, data, occ: st.lists(st.sampled_from(CCS), min_size=1, max_size=4,
                                                                       unique=True),
     "targets[].platform": lambda cur, data, occ: st.sampled_from(PLATFORMS),
+    "targets[].toolchain.cuda": lambda cur, data, occ: st.sampled_from(["12", "13", 13]),
     "runners[].compute_capability": lambda cur, data, occ: st.sampled_from((*CCS, None)),
     **{f"matrix.{s}[].model": lambda cur, data, occ: st.sampled_from([m["name"] for m in data["models"]])
        for s in ("include", "exclude")},
