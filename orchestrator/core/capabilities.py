@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.core.artifact import ENGINE_MEDIA_TYPE
-from orchestrator.core.model import Target
+from orchestrator.core.graph import Route
+from orchestrator.core.model import PrecisionSpec, Target
 from orchestrator.core.toolchain import Provisioning
 
 # Precisions a GPU generation must have: FP8 GEMMs need CC >= 8.9 on RTX and TensorRT (RTX docs "Advanced"), BF16
@@ -45,7 +46,12 @@ class BuilderCapabilities:
     calibration_family: str | None = None
     # It can build from a given timing cache and fail on a tactic the cache lacks (``timing_cache: {pin: true}``)
     pins_timing_cache: bool = False
-    provisioning: Provisioning = field(default_factory=Provisioning)
+    # The int8 calibration methods its native route can calibrate with (``precisions[].calibration_method``);
+    # None: any (or no native int8). validate refuses another method on a cell that takes the native route.
+    native_calibration_methods: frozenset[str] | None = None
+    # How CI provisions this exact version (toolchains); None: not known where this runs (a committed workflow
+    # generated without the plugin): toolchains are then taken as written and checked by the run-time plan
+    provisioning: Provisioning | None = field(default_factory=Provisioning)
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform
@@ -56,6 +62,24 @@ def strongly_typed(target: Target, caps: BuilderCapabilities) -> bool:
     flags are ignored there, so precisions come from the graph (a conversion or Q/DQ transform)."""
     return bool(target.options.strongly_typed) and caps.reads_options is not None \
         and "strongly_typed" in caps.reads_options
+
+
+def route_of(spec: PrecisionSpec, caps: BuilderCapabilities, target: Target) -> Route | None:
+    """How ``target`` reaches ``spec``'s precision: builder flags (``native``), a converted/Q-DQ ONNX
+    (``transform``), nothing to do (``none``, fp32), or None (it cannot)."""
+    if spec.name == "fp32":
+        return "none"
+    if spec.via == "native":
+        return "native" if spec.name in caps.native else None
+    if spec.via == "transform":
+        return "transform" if spec.name in caps.via_transform else None
+    if strongly_typed(target, caps) and spec.name in caps.via_transform:
+        return "transform"  # a strongly typed network ignores precision flags: the graph must carry them
+    if spec.name in caps.native:
+        return "native"
+    if spec.name in caps.via_transform:
+        return "transform"
+    return None
 
 
 def target_kind(target: Target) -> str:

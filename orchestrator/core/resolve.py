@@ -16,7 +16,7 @@ from functools import lru_cache
 from graphlib import TopologicalSorter
 from typing import Any
 
-from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, strongly_typed
+from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, route_of
 from orchestrator.core.gatekeys import (
     GATE_KEY_SCHEMA_VERSION,
     benchmark_inputs,
@@ -28,7 +28,7 @@ from orchestrator.core.gatekeys import (
     runtime_part,
     settings_digest,
 )
-from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile, Route
+from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
 from orchestrator.core.model import DataSource, Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain, ToolchainProblem, resolve_toolchain
@@ -82,22 +82,6 @@ def _profiles(model: Model, set_name: str) -> tuple[OptimizationProfile, ...]:
                   for i in model.inputs if name in i.profiles}
         out.append(OptimizationProfile(name=name, shapes=shapes))
     return tuple(out)
-
-
-def _route(spec: PrecisionSpec, caps: BuilderCapabilities, target: Target) -> Route | None:
-    if spec.name == "fp32":
-        return "none"
-    if spec.via == "native":
-        return "native" if spec.name in caps.native else None
-    if spec.via == "transform":
-        return "transform" if spec.name in caps.via_transform else None
-    if strongly_typed(target, caps) and spec.name in caps.via_transform:
-        return "transform"  # a strongly typed network ignores precision flags: the graph must carry them
-    if spec.name in caps.native:
-        return "native"
-    if spec.name in caps.via_transform:
-        return "transform"
-    return None
 
 
 def _cc_tuple(cc: str) -> tuple[int, int]:
@@ -241,7 +225,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             if ck not in caps_cache:
                 caps_cache[ck] = capabilities(*ck)
             caps = caps_cache[ck]
-            route = _route(spec, caps, target) if caps else None
+            route = route_of(spec, caps, target) if caps else None
             address = address_of(model.name, spec.name, set_name, target)
             if address in origin:
                 problems.append(Problem(manifest.file, None, None, f"models[{model.name}]",

@@ -92,9 +92,13 @@ class ToolchainProblem(Exception):
         self.field = field
 
 
-def resolve_toolchain(target: Target, prov: Provisioning) -> ResolvedToolchain:
-    """The toolchain of ``target``'s cells; raises ToolchainProblem (validate reports it at the target)."""
+def resolve_toolchain(target: Target, prov: Provisioning | None) -> ResolvedToolchain:
+    """The toolchain of ``target``'s cells; raises ToolchainProblem (validate reports it at the target).
+    ``prov`` None (the builder's facts are not known here): the toolchain as written, unchecked."""
     spec = target.toolchain
+    if prov is None:
+        return ResolvedToolchain(kind=spec.kind, image=spec.image or "", gpus=target.device != "cpu",
+                                 index_url=spec.index_url or "")
     what = f"{target.builder} {target.builder_version}"
     provides = (what,)
     if spec.kind == "runner":

@@ -11,8 +11,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
-from orchestrator.core.capabilities import MIN_CC, strongly_typed
-from orchestrator.core.model import PRECISIONS, InputSpec, MatrixRule, Model, ProfileShapes, Target, cc_slug
+from orchestrator.core.capabilities import MIN_CC, route_of, strongly_typed
+from orchestrator.core.model import (
+    PRECISIONS,
+    InputSpec,
+    MatrixRule,
+    Model,
+    PrecisionSpec,
+    ProfileShapes,
+    Target,
+    cc_slug,
+)
 from orchestrator.core.toolchain import ToolchainProblem, resolve_toolchain
 from orchestrator.core.versions import parse_cc
 from orchestrator.errors import OrchestratorError
@@ -303,6 +312,7 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
                     continue
                 problem = (_route_problem(spec.name, spec.via, caps[t])
                            or _int8_route_problem(spec.name, spec.via, target, caps[t])
+                           or _calibration_method_problem(spec, target, caps[t])
                            or _min_cc_problem(spec.name, target))
                 if problem:
                     message, hint = problem
@@ -340,6 +350,21 @@ def _int8_route_problem(name: str, via: str, target: Target, caps: BuilderCapabi
             "(options.strongly_typed: true), and a strongly typed network ignores precision builder flags",
             f"give the precision via: transform (or via: auto) ({{name: {name}, via: transform}}: the graph carries "
             "the precision), or drop options.strongly_typed from the target")
+
+
+def _calibration_method_problem(spec: PrecisionSpec, target: Target, caps: BuilderCapabilities
+                                ) -> tuple[str, str] | None:
+    """A native int8 cell calibrates with the builder's own calibrators: a method it has not is refused here, not
+    at build time (TensorRT has entropy and minmax calibrators; trtexec reads only entropy caches)."""
+    allowed = caps.native_calibration_methods
+    if spec.name != "int8" or allowed is None or route_of(spec, caps, target) != "native":
+        return None
+    if spec.calibration_method in allowed:
+        return None
+    return (f"cannot calibrate int8 with {spec.calibration_method!r} on the native route (its calibrators: "
+            f"{', '.join(sorted(allowed))})",
+            f"use calibration_method: {sorted(allowed)[0]}, or {{name: int8, via: transform}} (the Q/DQ transform "
+            f"calibrates with {spec.calibration_method!r})")
 
 
 def _min_cc_problem(name: str, target: Target) -> tuple[str, str] | None:

@@ -278,6 +278,8 @@ def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "p
         calibration_family="tensorrt" if calibrates else None,
         pins_timing_cache=not rtx and v >= ERROR_ON_MISS_SINCE,
         provisioning=Provisioning() if rtx else _provisioning.provisioning(version, tool),
+        native_calibration_methods=(frozenset(_calibration.TRTEXEC_METHODS if tool == "trtexec"
+                                              else _calibration.CALIBRATORS) if calibrates else None),
     )
 
 

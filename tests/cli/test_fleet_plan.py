@@ -136,3 +136,27 @@ def test_int8_on_a_strongly_typed_tensorrt_10_target_takes_the_qdq_route_and_nat
     assert "Traceback" not in out
     assert "native route" in out and "strongly_typed" in out and "l4-trt10" in out
     assert "via: transform" in out
+
+
+@pytest.mark.parametrize("method, refused_on", [
+    ("percentile", ["t4-trt10", "a10-trt10", "l4-trt10", "ampere-plus-trt10"]),  # TensorRT has no such calibrator
+    ("minmax", []),  # IInt8MinMaxCalibrator: the tensorrt builder calibrates with it
+])
+def test_native_int8_with_a_method_the_builder_has_not_is_refused(tmp_path, method, refused_on):
+    """The fleet's native int8 cells (TensorRT 10.13) calibrate with TensorRT's own calibrators (entropy, minmax):
+    another method is refused by validate at the precision's line, naming the calibrators and the way out."""
+    _need_models()
+    work = tmp_path / "manifests"
+    shutil.copytree(REPO / "manifests", work, ignore=shutil.ignore_patterns("*.onnx"))
+    (tmp_path / ".cache").symlink_to(REPO / ".cache")
+    text = FLEET.read_text().replace("- {name: int8, calibration_method: entropy}",
+                                     f"- {{name: int8, calibration_method: {method}}}")
+    (work / "fleet.yaml").write_text(text)
+    proc = run("validate", str(work / "fleet.yaml"), cwd=tmp_path, cache=tmp_path / "cache")
+    refused = sorted(t for t in ("t4-trt10", "a10-trt10", "l4-trt10", "ampere-plus-trt10")
+                     if f"(target '{t}') cannot calibrate int8 with '{method}'" in proc.stderr)
+    assert refused == sorted(refused_on), proc.stderr
+    assert proc.returncode == (1 if refused_on else 0), proc.stderr
+    if refused_on:
+        assert "its calibrators: entropy, minmax" in proc.stderr and "via: transform" in proc.stderr
+        assert "fleet.yaml:43:" in proc.stderr  # the precision's line
