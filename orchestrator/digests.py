@@ -32,6 +32,10 @@ CHUNK = 8 * 1024 * 1024
 _PARALLEL_MIN = 1024 * 1024  # below this a thread costs more than it saves
 # protobuf encoding of StringStringEntryProto{key: "location"}: field 1, length 8, then the bytes
 _EXTERNAL_MARK = b"\x0a\x08location"
+# A checkout without `git lfs pull` holds a ~130-byte text pointer where the model should be: never key it.
+LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
+LFS_HINT = "run `git lfs pull` (CI: actions/checkout with lfs: true)"
+_LFS_POINTER_MAX = 1024
 _EXTERNAL_HINT = ("keep the external-data files next to the model as it was saved, or embed the weights: "
                   "onnx.save(onnx.load(PATH), OUT) (models under 2 GB)")
 
@@ -46,6 +50,15 @@ def _kind(mode: int) -> str:
 
 def _not_regular(path: str, mode: int) -> OSError:
     return OSError(errno.EINVAL, f"not a regular file ({_kind(mode)})", path)
+
+
+def is_lfs_pointer(path: str) -> bool:
+    """Does ``path`` start like a Git LFS pointer file? (False when it cannot be read: others say why.)"""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(LFS_POINTER_PREFIX)) == LFS_POINTER_PREFIX
+    except OSError:
+        return False
 
 
 def _stat_key(path: str) -> list[int]:
@@ -293,9 +306,11 @@ class DigestCache:
         except OSError as e:
             raise BuildError(f"{label}: the model file cannot be read: {e.strerror or e}",
                              hint="source.path must name a regular .onnx file") from None
+        entry = self.entries[path]
+        if int(entry["stat"][0]) <= _LFS_POINTER_MAX and is_lfs_pointer(path):
+            raise BuildError(f"{label} is a Git LFS pointer, not the model", hint=LFS_HINT)
         if not maybe_external:
             return digest
-        entry = self.entries[path]
         needs = entry.get("external_needs")
         if not isinstance(needs, dict) or not isinstance(entry.get("external"), list):  # not parsed yet / older
             found = _external_needs(path, name)

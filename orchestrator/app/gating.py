@@ -7,8 +7,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.app.pipeline import Prepared, cells_in_scope, no_events, registry_index, runtime_of, runtime_reason
+from orchestrator.app.pipeline import (
+    Prepared,
+    cells_in_scope,
+    fetch_sources,
+    no_events,
+    registry_index,
+    runtime_of,
+    runtime_reason,
+)
 from orchestrator.app.project import Project
+from orchestrator.app.sources import FetchProgress
 from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
@@ -54,7 +63,7 @@ def _baseline(project: Project, cell: Cell, model: Model, fingerprint: RunnerFin
 
 def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
          jobs: int | None = None, fingerprint: RunnerFingerprint | None = None, on_event: EventFn | None = None,
-         in_process: bool = False) -> RunSummary:
+         in_process: bool = False, on_fetch: FetchProgress | None = None) -> RunSummary:
     """Parity and benchmark gates for the built engines in scope. An engine this runner cannot run is
     ``pending`` (e.g. RTX AOT engines on a machine without an RTX/Ampere+ GPU), never run wrong."""
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
@@ -81,6 +90,7 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
     def needs_gpu(node: Node) -> bool:
         return project.graph.cell(str(node.address)).target.device != "cpu"
 
+    fetch_sources(project, project.graph.nodes, selected, on_fetch)  # parity runs the original model
     # Gates time engines: by default one at a time, so a benchmark never shares the CPU with other work.
     executor = Executor(workspace=project.workspace,
                         steps={"gate:parity": step_parity, "gate:benchmark": step_benchmark},

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import plugins
+from orchestrator.app import sources
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.model import Manifest, Model, RegistryConfig
@@ -67,17 +68,19 @@ def registry_of(paths: Sequence[str | os.PathLike[str]]) -> RegistryConfig:
 def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os.PathLike[str] | None = None,
                  capabilities: CapabilitiesFn | None = None) -> Project:
     manifests = load_manifests(paths, capabilities)
+    ws = default_workspace(cache_dir)
+    # url sources: keyed by their pin, their path is where build/gate put the verified download (plan fetches none)
+    manifests = sources.localize(manifests, ws.root)
     registries = {m.registry for m in manifests}
     if len(registries) > 1:
         raise UsageError("the manifests name different registries; plan them separately",
                          hint="give every manifest planned together the same `registry:`")
-    ws = default_workspace(cache_dir)
     cache = DigestCache.open(ws.root / "digests.json")
     model_digests = {}
     data_digests = {}
     for man in manifests:
         for model in man.models:
-            model_digests[model.source.path] = cache.model_digest(model.source.path, name=model.name)
+            model_digests[model.source.path] = sources.model_digest(model, cache)
             # calibration data reaches build keys, parity data gate keys: both by content, never by path
             for data in (model.calibration, model.gate.parity.data):
                 if data and data.path and data.path not in data_digests and os.path.exists(data.path):

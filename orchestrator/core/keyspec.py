@@ -283,7 +283,8 @@ _EXPLICIT: dict[str, KeyRule] = {
        for section in ("include", "exclude") for f in ("model", "precision", "profile_set", "target")},
     **{f"registry.{f}": _none("where engines and records are published, not what they are (a verdict's "
                               "benchmark baseline from the registry is checked when a verdict is reused)")
-       for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret")},
+       for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret",
+                 "credentials.read_username_secret", "credentials.read_password_secret")},
     **{path: _none("a runner pool the team has: it marks cells blocked when no pool can run them, never what is "
                    "built or judged")
        for path in ("runners[].labels", "runners[].compute_capability", "runners[].gpu", "runners[].tensorrt",

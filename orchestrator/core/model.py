@@ -289,8 +289,10 @@ class RegistryCredentials:
     """Names of the CI secrets holding a registry login (never the values): the publish job reads them into the
     environment variables the OCI store reads."""
 
-    username_secret: str
+    username_secret: str  # push: the publish job only
     password_secret: str
+    read_username_secret: str | None = None  # pull (plan, build, gate jobs read the index and caches); None: anonymous
+    read_password_secret: str | None = None
 
 
 @dataclass(frozen=True)

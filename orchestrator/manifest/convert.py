@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from orchestrator.core.model import (
     DEFAULT_PLATFORM,
@@ -163,11 +164,63 @@ def normalize_cc(value: Any, path: Path, findings: list[Finding], text: str | No
     return cc
 
 
+# Where a model may be fetched from (through fsspec: app/sources.py). Plain http is allowed on the loopback only:
+# the tests' local server; anywhere else a download that is only checked after it finished must not be in clear.
+URL_SCHEMES = ("https", "s3", "gs", "hf")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_URL_HINT = ("a model url is https://host/path/model.onnx, s3://bucket/key.onnx, gs://bucket/key.onnx or "
+             "hf://owner/repo/path/in/repo.onnx (http:// only for 127.0.0.1/localhost)")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+
+
+def source_url_problem(url: str) -> tuple[str, str] | None:
+    """(message, hint) when ``url`` is no model url this project can fetch, else None. Pure: no network."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL" and friends
+        return f"not a url: {url} ({e})", _URL_HINT
+    scheme = parts.scheme.lower()
+    if not scheme:
+        return f"the model url has no scheme: {url}", _URL_HINT
+    if scheme == "http":
+        if (parts.hostname or "") not in _LOOPBACK:
+            return (f"plain http is refused for model downloads: {url}",
+                    "use https:// (http:// is only for a server on 127.0.0.1/localhost, as in tests)")
+    elif scheme not in URL_SCHEMES:
+        return f"unsupported url scheme '{scheme}://' for a model source: {url}", _URL_HINT
+    if parts.username is not None or parts.password is not None:
+        return (f"the model url carries credentials: {parts.scheme}://***@{parts.hostname}",
+                "credentials in a manifest end up in logs and plans: give them to fsspec's filesystem through "
+                "its environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN)")
+    segments = [s for s in parts.path.split("/") if s]
+    host = parts.netloc
+    if not host or not segments or parts.path.endswith("/"):
+        return f"the model url names no file: {url}", _URL_HINT
+    if scheme == "hf" and len(segments) < 2:  # hf://owner/repo/file: the host is the owner
+        return (f"an hf:// url is hf://owner/repo/path/in/repo.onnx, got {url}",
+                "e.g. hf://onnx-community/resnet-50/model.onnx (a revision: owner/repo@v1.0/model.onnx)")
+    return None
+
+
+def source_url_basename(url: str) -> str:
+    """The file name a verified download is stored under: the url's last path segment when it is a plain file
+    name, else ``model.onnx`` (the cache folder is the content's sha256, so the name only helps people)."""
+    try:
+        url_path = urlsplit(url).path
+    except ValueError:
+        url_path = ""
+    name = unquote(url_path.rstrip("/").rsplit("/", 1)[-1])
+    return name if _SAFE_NAME.match(name) and name not in (".", "..") else "model.onnx"
+
+
 def _source(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> SourceModel:
     if "url" in raw:  # the path is where the verified download lives, set by the project loader (app.sources)
         if "sha256" not in raw:
             findings.append(Finding(path + ("url",), "a model fetched from a url needs its sha256",
                                     "add sha256: <64 hex digits> (`sha256sum model.onnx` of the file you expect)"))
+        problem = source_url_problem(raw["url"])
+        if problem is not None:
+            findings.append(Finding(path + ("url",), *problem))
         return SourceModel(path="", sha256=raw.get("sha256"), url=raw["url"])
     if "path" not in raw:
         findings.append(Finding(path, "a model source needs a path or a url",
@@ -322,12 +375,13 @@ def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> Registr
     elif path is not None:
         path = _abs(base_dir, path)
     creds = raw.get("credentials")
-    credentials = (RegistryCredentials(creds["username_secret"], creds["password_secret"])
+    credentials = (RegistryCredentials(creds["username_secret"], creds["password_secret"],
+                                       creds.get("read_username_secret"), creds.get("read_password_secret"))
                    if isinstance(creds, dict) else None)
     if credentials is not None and store == "local":
         findings.append(Finding(("registry", "credentials"), f"a {store} store takes no credentials",
                                 "remove credentials, or use store: oci"))
-    for key in ("username_secret", "password_secret"):
+    for key in ("username_secret", "password_secret", "read_username_secret", "read_password_secret"):
         name = getattr(credentials, key, "") or ""
         if name.upper().startswith("GITHUB_"):
             findings.append(Finding(("registry", "credentials", key), f"secret name {name!r} is reserved by GitHub",

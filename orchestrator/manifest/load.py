@@ -12,7 +12,7 @@ from typing import cast
 
 from orchestrator.core.model import Manifest, Model, RegistryConfig, Target
 from orchestrator.core.resolve import address_part, cells_of
-from orchestrator.digests import hash_file
+from orchestrator.digests import LFS_HINT, hash_file, is_lfs_pointer
 from orchestrator.errors import ManifestError, Problem
 from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
 from orchestrator.manifest.convert import convert
@@ -34,6 +34,19 @@ class LoadedManifest:
 
 def _sha256(path: str) -> str:
     return hash_file(path)[0].split(":", 1)[1]
+
+
+def _with_where(models: list[Model | None], source: SourceMap, shown: str) -> list[Model | None]:
+    """Each model's ``source.where`` ("manifests/x.yaml:12:7"): errors raised after loading (a download whose
+    sha256 is not the pinned one) name the line to edit."""
+    out: list[Model | None] = []
+    for i, model in enumerate(models):
+        if model is not None:
+            line, col = source.locate(("models", i, "source"))
+            where = f"{shown}:{line}:{col or 1}" if line is not None else shown
+            model = replace(model, source=replace(model.source, where=where))
+        out.append(model)
+    return out
 
 
 def _redirect(path: Path, redirects: dict[Path, Path]) -> Path:
@@ -67,11 +80,16 @@ def _file_findings(models, targets) -> list[Finding]:
             continue
         path: Path = ("models", i, "source", "path")
         src = model.source.path
-        if not os.path.isfile(src):
+        if model.source.url is not None:
+            pass  # fetched (and checked against its pin) by build and gate, never by validate or plan
+        elif not os.path.isfile(src):
             what = "is a folder, not a file" if os.path.isdir(src) else "not found"
             out.append(Finding(path, f"model file {what}: {src}",
                                "fix the path (relative paths start at the manifest's folder), or fetch the model "
                                "first (scripts/fetch_models.py for the demo models)"))
+        elif is_lfs_pointer(src):
+            out.append(Finding(path, f"model file {src} is a Git LFS pointer, not the model",
+                               LFS_HINT))
         elif model.source.sha256 is not None:
             try:
                 actual = _sha256(src)
@@ -153,6 +171,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
         # Entries with schema errors (or with findings of the parse, such as duplicate keys) are not converted.
         bad = {f.path for f in findings}
         converted = convert(data, file, bad, source.scalars)
+        converted.models = _with_where(converted.models, source, shown)
         redirects = converted.redirects
         findings += converted.findings
         findings += check(CheckInput(converted.models, converted.targets, _names(data, "models"),

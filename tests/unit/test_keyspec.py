@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from onnx import TensorProto, helper
 
+from orchestrator.app import sources
 from orchestrator.core import gatekeys
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.graph import BuildGraph, Cell
@@ -290,7 +291,8 @@ matrix:
     - {{model: seg, target: rtx}}
     - {{precision: fp16, profile_set: small, target: a10-trtexec}}
 registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
-           credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN}}}}
+           credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,
+                          read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}}}}
 runners:
   - {{labels: [self-hosted, l4], compute_capability: "8.9", gpu: NVIDIA L4, tensorrt: "10.13.3.9",
      tensorrt_rtx: "1.2.0.54"}}
@@ -317,6 +319,10 @@ models:
   - name: tiny2
     version: "1"
     source: {{path: ../models/cls.onnx}}
+    inputs: {{x: {{shape: [1, 4]}}}}
+  - name: fetched
+    version: "1"
+    source: {{url: "https://models.example/cls.onnx", sha256: "@CLS_SHA@"}}
     inputs: {{x: {{shape: [1, 4]}}}}
 targets:
   - {{name: l4, builder: tensorrt, builder_version: "10.13.3.9", compute_capability: "8.9",
@@ -374,7 +380,9 @@ class Project:
         return load_manifest(path, capabilities=capabilities, builder_names=BUILDERS, builder_slug=SLUGS.__getitem__)
 
     def resolve(self, manifest: Manifest) -> BuildGraph:
-        models = {m.source.path: self.digests.model_digest(m.source.path) for m in manifest.models}
+        # url sources as load_project keys them: by their pin, at their content-addressed place (nothing fetched)
+        manifest = sources.localize([manifest], self.root / "cache")[0]
+        models = {m.source.path: sources.model_digest(m, self.digests) for m in manifest.models}
         data = {d.path: self.digests.data_digest(d.path) for m in manifest.models
                 for d in (m.calibration, m.gate.parity.data) if d is not None and d.path is not None}
         return resolve([manifest], ResolveInputs(model_digests=models, data_digests=data), capabilities)
@@ -402,7 +410,8 @@ def project(tmp_path_factory) -> Project:
     _npy(root / "data" / "parity2", [0.5, 0.7])
     p = Project(root)
     det_sha = hashlib.sha256((root / "models" / "det.onnx").read_bytes()).hexdigest()
-    p.bases = [p.base("a", BASE_A.replace("@DET_SHA@", det_sha)), p.base("b", BASE_B)]
+    cls_sha = hashlib.sha256((root / "models" / "cls.onnx").read_bytes()).hexdigest()
+    p.bases = [p.base("a", BASE_A.replace("@DET_SHA@", det_sha)), p.base("b", BASE_B.replace("@CLS_SHA@", cls_sha))]
     return p
 
 
@@ -578,6 +587,9 @@ _DIMS = st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
 PREPARED: dict[str, Prepared] = {
     "models[].source.path": lambda cur, data, occ: st.sampled_from(MODEL_FILES),
     "models[].source.sha256": lambda cur, data, occ: st.just(DELETE),
+    "models[].source.url": lambda cur, data, occ: st.sampled_from(
+        ["https://mirror.example/models/cls.onnx", "s3://models/cls.onnx", "gs://models/v2/cls.onnx",
+         "hf://acme/cls/cls.onnx"]),
     "models[].calibration.path": lambda cur, data, occ: st.sampled_from(DATA_DIRS),
     "models[].gate.parity.data.path": lambda cur, data, occ: st.sampled_from(DATA_DIRS),
     "models[].inputs.*.shape": lambda cur, data, occ: _one_changed(cur, st.sampled_from(["N", "B", "H", 1, 2, 3, 8])),
