@@ -13,18 +13,27 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator import plugins
+from orchestrator.app import sources
 from orchestrator.app.project import Project, display_path
 from orchestrator.contracts.store import AttachmentReader, IndexReader, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import BuildGraph, Cell, Node
 from orchestrator.core.plan import CHANGED, Plan, model_digests, plan_against
-from orchestrator.errors import OrchestratorError, PlanError, PluginError, RunnerMismatchError, UsageError
+from orchestrator.errors import ExitCode, OrchestratorError, PlanError, PluginError, RunnerMismatchError, UsageError
 from orchestrator.run.build import BuildPayload, step_build
-from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome, read_gate_report, read_result
+from orchestrator.run.executor import (
+    EventFn,
+    Executor,
+    NodeReport,
+    RunSummary,
+    StepOutcome,
+    read_gate_report,
+    read_result,
+)
 from orchestrator.run.prepare import CalibratePayload, ModelPayload, step_calibrate, step_prepare, step_transform
 from orchestrator.run.publish import PublishPayload, step_publish
 
@@ -222,9 +231,19 @@ def _needs_gpu_to_build(project: Project) -> Callable[[Node], bool]:
     return needs
 
 
+def fetch_sources(project: Project, nodes: dict[str, Node], selected: Iterable[str],
+                  progress: sources.FetchProgress | None = None) -> None:
+    """Download (or find, verified) the url-sourced models the selected nodes read: here, in the main process,
+    before any worker starts (plan never downloads; a failed download names its manifest line)."""
+    names = sorted({str(nodes[n].model) for n in selected if n in nodes and nodes[n].model})
+    sources.fetch_models([project.models[m] for m in names if m in project.models], project.workspace.root,
+                         progress=progress or sources.terminal_progress())
+
+
 def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
           jobs: int | None = None, keep_going: bool = False, fingerprint: RunnerFingerprint | None = None,
-          on_event: EventFn | None = None, in_process: bool = False) -> RunSummary:
+          on_event: EventFn | None = None, in_process: bool = False,
+          on_fetch: sources.FetchProgress | None = None) -> RunSummary:
     """Build the engines the plan calls for; a node this runner cannot build is skipped with its reason."""
     selected = build_scope(project, the_plan, shard=shard, only=only)
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
@@ -252,6 +271,7 @@ def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: I
                             caches=project.workspace.caches, timing_cache=timing, timing_cache_source=source), None
 
     nodes = {**project.graph.nodes, **_regate_builds(project, the_plan, project.graph.cells)}
+    fetch_sources(project, nodes, selected, on_fetch)
     executor = Executor(
         workspace=project.workspace,
         steps={"prepare": step_prepare, "calibrate": step_calibrate, "transform": step_transform,
@@ -541,3 +561,143 @@ def local_outcomes(project: Project) -> dict[str, LocalOutcome | None]:
         out[cell.address] = ran if ran is not None and ran_at >= cached_at else cached
     return out
 
+
+# -- per-cell publishing: what went to the store, what was held back and why (issue 14) -------------------------
+
+# Why a cell in scope was not published. "blocked" (the plan itself blocked the cell: no run can publish it) is
+# listed but does not turn the run red; every other reason does.
+HeldBackWhy = Literal["gate failed", "gate pending", "not built here", "build failed", "blocked",
+                      "blocked here", "publish failed"]
+
+
+@dataclass(frozen=True)
+class PublishedCell:
+    address: str
+    digest: str  # the engine's digest
+    location: str  # the store reference (an OCI reference or a local store path)
+    gates: str  # "passed", "pending" (published ungated, as the manifest allows) or "failed" (forced)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"address": self.address, "digest": self.digest, "location": self.location, "gates": self.gates}
+
+
+@dataclass(frozen=True)
+class HeldBackCell:
+    address: str
+    why: HeldBackWhy
+    detail: str = ""  # one line
+
+    def text(self) -> str:
+        return f"{self.why}: {self.detail}" if self.detail else self.why
+
+    def to_json(self) -> dict[str, Any]:
+        return {"address": self.address, "why": self.why, "detail": self.detail, "reason": self.text()}
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """Every cell in a publish's scope, once: published, held back (with why), or already up to date."""
+
+    published: tuple[PublishedCell, ...]
+    held_back: tuple[HeldBackCell, ...]
+    up_to_date: tuple[str, ...] = ()
+
+    @property
+    def red(self) -> tuple[HeldBackCell, ...]:
+        """The held-back cells that make the run fail (all but those the plan blocked)."""
+        return tuple(h for h in self.held_back if h.why != "blocked")
+
+    def exit_code(self) -> ExitCode:
+        """OK when nothing was held back (plan-blocked cells aside); GATE_FAILED (3) when every cell held back
+        failed a gate, as `gate` exits; ERROR (1) when any was held back for another reason (not built, pending,
+        a publish error)."""
+        red = self.red
+        if not red:
+            return ExitCode.OK
+        return ExitCode.GATE_FAILED if all(h.why == "gate failed" for h in red) else ExitCode.ERROR
+
+    def to_json(self) -> dict[str, Any]:
+        return {"published": [p.to_json() for p in self.published],
+                "held_back": [h.to_json() for h in self.held_back], "up_to_date": list(self.up_to_date)}
+
+
+def _build_outcome(cell: Cell, runs: list[_Run]) -> HeldBackCell | None:
+    """Why a cell has no build result here, from the newest run summary that recorded its build node (None when
+    no run here did: its shard's build artifact never arrived, or it was never built)."""
+    node = f"build:{cell.address}"
+    for run in runs:
+        report = run.reports.get(node)
+        if report is None or report.get("key") not in (None, cell.build_key):
+            continue
+        status, reason = str(report.get("status")), str(report.get("reason") or "")
+        cause = run.reports.get(reason.rsplit(" ", 1)[0]) if reason.endswith(" failed") else None
+        if status == "skipped" and cause is not None and cause.get("status") == "failed":
+            step = str(cause.get("kind") or cause.get("node"))
+            return HeldBackCell(cell.address, "build failed", _first_line(f"{step}: {cause.get('reason') or ''}"))
+        if status in ("failed", "interrupted"):
+            return HeldBackCell(cell.address, "build failed",
+                                _first_line(reason.removeprefix(f"{cell.address}: ") or status))
+        if status in ("skipped", "pending"):
+            return HeldBackCell(cell.address, "not built here", _first_line(f"build {status}: {reason}"))
+        return HeldBackCell(cell.address, "not built here", "its build result is no longer in the cache")
+    return None
+
+
+def _held_back(project: Project, cell: Cell, report: NodeReport | None, runs: list[_Run],
+               failed_inputs: dict[str, str]) -> HeldBackCell:
+    build = project.graph.nodes.get(f"build:{cell.address}")
+    if build is None or read_result(project.workspace.node_dir(build)) is None:
+        return _build_outcome(cell, runs) or HeldBackCell(
+            cell.address, "not built here", "no build result in the cache (the shard's build artifact did not "
+                                            "arrive, or the cell was never built)")
+    parity, bench = gate_reports(project, cell)
+    for kind, verdict in (("parity", parity), ("benchmark", bench)):
+        if verdict is not None and verdict.get("status") == "failed":
+            first = _first_reason(verdict)
+            return HeldBackCell(cell.address, "gate failed", f"{kind}: {first}" if first else kind)
+    if report is not None and report.status == "skipped" and cell.transform_node in failed_inputs:
+        return HeldBackCell(cell.address, "gate failed", _first_line(failed_inputs[cell.transform_node]))
+    if report is not None and report.status == "pending":
+        return HeldBackCell(cell.address, "gate pending", _first_line(report.reason.removeprefix(
+            "not published: gate pending — ")))
+    why = report.reason.removeprefix("not published: ") if report is not None else "not run"
+    return HeldBackCell(cell.address, "publish failed", _first_line(why))
+
+
+def publish_report(project: Project, the_plan: Plan, summary: RunSummary, *, shard: str | None = None,
+                   only: Iterable[str] = ()) -> PublishReport:
+    """What ``publish`` did with each cell of the same scope: published (digest, store reference) or held back
+    with a one-line reason — a failed gate (which, and its first reason), no build result here (its shard's
+    artifact never arrived), a failed build (from this machine's run summaries), a pending gate, blocked."""
+    only = list(only)
+    reports = {r.node: r for r in summary.reports}
+    in_scope = cells_in_scope(project, the_plan, shard=shard, only=only)
+    runs = _recent_runs(project.workspace.root)
+    failed_inputs = _failed_transform_outputs(project)
+    published: list[PublishedCell] = []
+    held: list[HeldBackCell] = []
+    for cell in in_scope:
+        report = reports.get(f"publish:{cell.address}")
+        if report is not None and report.status in ("done", "cached"):
+            published.append(PublishedCell(cell.address, str(report.data.get("digest") or ""),
+                                           str(report.data.get("location") or ""),
+                                           str(report.data.get("gates") or "")))
+        else:
+            held.append(_held_back(project, cell, report, runs, failed_inputs))
+    # cells the plan blocked, and cells it wants published that are blocked on this machine (cells_in_scope
+    # leaves both out): never silently missing from the list
+    scope = set(the_plan.shard(shard).addresses) if shard else None
+    wanted = set(only) if only else None
+    cells = {c.address: c for c in project.graph.cells}
+    up_to_date: list[str] = []
+    for entry in the_plan.entries:
+        if (scope is not None and entry.address not in scope) or (wanted is not None and entry.address not in wanted):
+            continue
+        here = cells.get(entry.address)
+        if entry.status == "blocked":
+            held.append(HeldBackCell(entry.address, "blocked", _first_line(entry.reason)))
+        elif entry.status in CHANGED and here is not None and here.blocked:
+            held.append(HeldBackCell(entry.address, "blocked here", _first_line(here.blocked)))
+        elif entry.status == "up-to-date" and wanted is None:
+            up_to_date.append(entry.address)
+    return PublishReport(tuple(published), tuple(held), tuple(up_to_date))

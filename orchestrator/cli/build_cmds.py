@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -54,12 +55,18 @@ def run_record(summary: RunSummary, project: Project) -> dict:
     return data
 
 
+def record_run(summary: RunSummary, verb: str, project: Project) -> Path:
+    """Write the run summary under ``runs/`` (what `plan` and `report` read back); returns its path."""
+    record = project.workspace.root / "runs" / f"{verb}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+    write_json_atomic(record, run_record(summary, project))
+    return record
+
+
 def finish(summary: RunSummary, verb: str, as_json: bool, project: Project, failed_gates: int = 0,
            noisy_gates: int = 0) -> ExitCode:
     """Record the run, render it, and say how the command exits."""
-    record = project.workspace.root / "runs" / f"{verb}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+    record = record_run(summary, verb, project)
     data = run_record(summary, project)
-    write_json_atomic(record, data)
     if as_json:
         print_json({**data, "summary_file": str(record)})
     else:

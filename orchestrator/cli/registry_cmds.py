@@ -10,12 +10,14 @@ from rich.text import Text
 from orchestrator.app import deploy, pipeline
 from orchestrator.app import registry as registry_verbs
 from orchestrator.app.project import registry_of
-from orchestrator.cli.build_cmds import finish, load
+from orchestrator.cli.build_cmds import load, record_run, run_record
 from orchestrator.cli.common import cache_option, console, console_err, json_option, manifests_argument, print_json
 from orchestrator.cli.plan_cmds import one_line
+from orchestrator.cli.render import publish as render_publish
 from orchestrator.cli.render import registry as render_registry
 from orchestrator.cli.render.progress import ProgressView
 from orchestrator.core.model import RegistryConfig
+from orchestrator.errors import ExitCode, UsageError
 
 
 def parse_registry(text: str) -> RegistryConfig:
@@ -47,15 +49,48 @@ registry_option = click.option("--registry", envvar="ORCHESTRATE_REGISTRY", defa
 @click.option("--shard", help="Only this shard of the plan.")
 @click.option("--only", multiple=True, metavar="ADDR", help="Only these cell addresses (repeatable).")
 @click.option("--force", is_flag=True, help="Publish even engines whose gates failed (recorded in the metadata).")
+@click.option("--summary", "summary_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Append a markdown summary (published, held back and why) to FILE, e.g. \"$GITHUB_STEP_SUMMARY\".")
 @click.option("-q", "--quiet", is_flag=True)
 @json_option
 @cache_option
-def publish(manifests, plan_file, shard, only, force, quiet, as_json, cache_dir):
-    """Publish built engines whose gates passed (pending ones only where the manifest allows it)."""
+def publish(manifests, plan_file, shard, only, force, summary_file, quiet, as_json, cache_dir):
+    """Publish every built engine whose gates passed (pending ones only where the manifest allows it), whatever
+    happened to the other cells; the rest are held back, each with its reason.
+
+    Exit status: 0 when every cell in scope was published or is up to date (cells the plan blocked are listed,
+    not counted); 3 when the cells held back all failed a gate; 1 when any was held back for another reason (no
+    build result here, a failed build, a pending gate, a publish error); 130 when interrupted."""
     project, the_plan = load(manifests, plan_file, cache_dir)
     with ProgressView(len(the_plan.entries), "publish", quiet=quiet or as_json) as view:
         summary = pipeline.publish(project, the_plan, shard=shard, only=only, force=force, on_event=view.event)
-    return finish(summary, "publish", as_json, project)
+    report = pipeline.publish_report(project, the_plan, summary, shard=shard, only=only)
+    record = record_run(summary, "publish", project)
+    if summary_file:
+        append_summary(summary_file, render_publish.render_markdown(report, summary.seconds,
+                                                                     interrupted=summary.interrupted))
+    code = ExitCode.INTERRUPTED if summary.interrupted else report.exit_code()
+    if not summary.ok and code == ExitCode.OK:
+        code = ExitCode.ERROR  # defensive: a failed publish node is always a held-back cell as well
+    if as_json:
+        print_json({**run_record(summary, project), **report.to_json(), "exit_code": int(code),
+                    "summary_file": str(record)})
+        return code
+    for line in render_publish.held_back_lines(report):
+        console_err().print(line, highlight=False)
+    console().print(render_publish.headline(report, summary.seconds, interrupted=summary.interrupted),
+                    style="red" if code != ExitCode.OK else None, highlight=False, markup=False)
+    return code
+
+
+def append_summary(path: str, text: str) -> None:
+    """Append to a job summary file (several steps may write to the same one)."""
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"cannot write the publish summary to {path}: {e.strerror or e}",
+                         hint="pass a writable file to --summary (in GitHub Actions: \"$GITHUB_STEP_SUMMARY\")") from e
 
 
 @click.command(name="ls")

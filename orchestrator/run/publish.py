@@ -108,8 +108,11 @@ def step_publish(task: StepTask) -> StepOutcome:
                          (parity_dir is not None, bench_dir is not None))
     allowed = model.gate.allow_ungated_publish
     if status == "failed" and not payload.force:
-        return StepOutcome(status="skipped", reason="not published: a gate failed (see `orchestrate report`; "
-                                                    "--force publishes anyway and records it)")
+        which = " and ".join(name for name, report in (("parity", parity), ("benchmark", bench))
+                             if report is not None and report.get("status") == "failed")
+        return StepOutcome(status="skipped", reason=f"not published: {f'the {which}' if which else 'a'} gate "
+                                                    "failed (see `orchestrate report`; --force publishes anyway "
+                                                    "and records it)")
     if status == "pending" and payload.failed_input and not payload.force:
         return StepOutcome(status="skipped", reason=f"not published ungated: {payload.failed_input} (see "
                                                     "`orchestrate report`; --force publishes anyway and records it)")
