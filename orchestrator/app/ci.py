@@ -17,11 +17,13 @@ from typing import Any, get_args
 from orchestrator import plugins
 from orchestrator.app.pipeline import plan as plan_project
 from orchestrator.app.project import Project, display_path, load_manifests
+from orchestrator.app.sources import lfs_tracked
 from orchestrator.atomic import write_bytes_atomic
 from orchestrator.core.capabilities import BuilderCapabilities, TargetKind
 from orchestrator.core.model import PRECISIONS, Manifest
 from orchestrator.core.plan import Plan, plan_against
 from orchestrator.core.resolve import ResolveInputs, resolve
+from orchestrator.digests import hash_file
 from orchestrator.errors import CIError, PlanError
 
 
@@ -29,8 +31,10 @@ def every_builder_capable(builder: str, version: str) -> BuilderCapabilities:
     """The workflow covers every label set a manifest names, whether or not that builder plugin is installed
     where the workflow is generated: cells the real builder cannot do are blocked by the run-time plan."""
     every = frozenset(PRECISIONS)
+    real = plugins.builder_capabilities(builder, version)  # pure; None when that plugin is not installed here
     return BuilderCapabilities(native=every, via_transform=every, target_kinds=frozenset(get_args(TargetKind)),
-                               needs_gpu=False, runs_on="(workflow generation)")
+                               needs_gpu=False, runs_on="(workflow generation)",
+                               provisioning=real.provisioning if real is not None else None)
 
 
 def workflow_plan(manifests: Sequence[Manifest], *, max_shards: int | None) -> Plan:
@@ -61,7 +65,15 @@ def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo
             raise CIError(f"manifest {str(f)!r} is outside the repository {str(root)!r}",
                           hint="the workflow checks the repository out: keep manifests inside it") from e
     manifests = load_manifests([str(f) for f in files], capabilities=every_builder_capable)
-    return emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative, **options)
+    return emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative,
+                          **workflow_context(manifests, root), **options)
+
+
+def workflow_context(manifests: Sequence[Manifest], root: Path) -> dict[str, Any]:
+    """What a committed workflow needs from the manifests beyond the plan: the registry (its login), and whether
+    any model file is stored in Git LFS (checkouts then fetch LFS objects)."""
+    paths = [m.source.path for manifest in manifests for m in manifest.models if m.source.url is None]
+    return {"registry": manifests[0].registry if manifests else None, "lfs": bool(lfs_tracked(paths, root))}
 
 
 def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
@@ -86,3 +98,23 @@ def write_files(files: dict[str, str], root: str, main_path: str | None, main_ke
         write_bytes_atomic(dest, text.encode())
         written.append(dest)
     return written
+
+
+def child_files(emitter_name: str, the_plan: Plan, **options: Any) -> dict[str, str]:
+    """What a run-time child pipeline (GitLab's, rendered by the parent's plan job) writes for a saved plan. The
+    registry login comes from the manifests the plan was made from, which must be unchanged since."""
+    emitter = plugins.ci_emitter(emitter_name)
+    paths = sorted(the_plan.manifests)
+    registry = None
+    if paths:
+        for path in paths:
+            try:
+                now = hash_file(path)[0].split(":", 1)[1]
+            except OSError as e:
+                raise CIError(f"cannot read {path}, which the plan was made from: {e.strerror}",
+                              hint="run in the checkout the plan was made in") from e
+            if now != the_plan.manifests[path]:
+                raise CIError(f"{path} changed since the plan was made",
+                              hint="re-run `orchestrate plan --out plan.json`, then render from the new plan")
+        registry = load_manifests(paths, capabilities=every_builder_capable)[0].registry
+    return emitter.render(the_plan, paths, pipeline="child", registry=registry, **options)

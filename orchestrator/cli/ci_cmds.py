@@ -10,6 +10,8 @@ from rich.markup import escape
 from orchestrator.app import ci as ci_verbs
 from orchestrator.app.project import load_project
 from orchestrator.cli.common import cache_option, console, manifests_argument
+from orchestrator.cli.plan_cmds import read_plan_file
+from orchestrator.cli.shard_cmds import verify_shard_command
 
 WORKFLOW_PATH = ".github/workflows/engines.yml"
 
@@ -17,6 +19,9 @@ WORKFLOW_PATH = ".github/workflows/engines.yml"
 @click.group()
 def ci() -> None:
     """Generate CI that fans the plan's shards out to runners."""
+
+
+ci.add_command(verify_shard_command)  # a shard's first step in the generated pipelines
 
 
 def _report(written: list[str]) -> None:
@@ -31,12 +36,18 @@ def _report(written: list[str]) -> None:
               help="What the jobs `pip install` (a version pin, a git URL, or `.` for this repository).")
 @click.option("--python", "python_version", default="3.11", show_default=True)
 @click.option("--repo-root", default=".", type=click.Path(file_okay=False, exists=True), show_default=True)
-def github(manifests, out, tool_spec, python_version, repo_root):
+@click.option("--pr-build-label", default="build-engines", show_default=True,
+              help="Pull requests from this repository's branches build (on the GPU runners) once a maintainer adds "
+                   "this label; other PRs only plan. Fork PRs never build.")
+@click.option("--action-refs", type=click.Choice(["sha", "tags"]), default="sha", show_default=True,
+              help="Pin third-party actions by commit SHA (with the version in a comment), or by major tag.")
+def github(manifests, out, tool_spec, python_version, repo_root, pr_build_label, action_refs):
     """Write a GitHub Actions workflow (and .github/actionlint.yaml with the runner labels)."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
     files = ci_verbs.workflow_files("github", list(manifests), repo_root, tool_spec=tool_spec,
-                                    python=python_version)
+                                    python=python_version, pr_build_label=pr_build_label,
+                                    action_refs_mode=action_refs, output_path=out)
     _report(ci_verbs.write_files(files, repo_root, out, WORKFLOW_PATH))
 
 
@@ -53,3 +64,45 @@ def k8s(manifests, out, image, namespace, cache_dir):
     project = load_project(manifests, cache_dir=cache_dir)
     files = ci_verbs.plan_files("k8s-indexed-job", project, image=image, namespace=namespace, output_path=out)
     _report(ci_verbs.write_files(files, ".", None, out))
+
+
+GITLAB_PIPELINE_PATH = ".gitlab-ci.yml"
+GITLAB_CHILD_PATH = "child-pipeline.yml"
+
+
+@ci.command()
+@manifests_argument
+@click.option("-o", "--out", default=None, help=f"Pipeline path [default: {GITLAB_PIPELINE_PATH}].")
+@click.option("--tool-spec", default="trt-orchestrator", show_default=True,
+              help="What the jobs `pip install` (a version pin, a git URL, or `.` for this repository).")
+@click.option("--python", "python_version", default="3.11", show_default=True,
+              help="Python of the plan and publish jobs' image (python:<version>-slim).")
+@click.option("--image", default=None,
+              help="Image of the plan and publish jobs instead [default: python:<version>-slim].")
+@click.option("--repo-root", default=".", type=click.Path(file_okay=False, exists=True), show_default=True)
+def gitlab(manifests, out, tool_spec, python_version, image, repo_root):
+    """Write a GitLab CI parent pipeline: a plan job and a trigger of the child pipeline it renders at run time."""
+    if not manifests:
+        raise click.UsageError("give at least one MANIFEST")
+    output_path = None
+    if out not in (None, "-"):  # repo-relative: the plan job's `changes:` rules and the header name it
+        output_path = os.path.relpath(os.path.abspath(out), os.path.abspath(repo_root)).replace(os.sep, "/")
+        if output_path.startswith(".."):
+            raise click.BadParameter(f"{out} is outside the repository {repo_root}", param_hint="-o/--out")
+    files = ci_verbs.workflow_files("gitlab", list(manifests), repo_root, tool_spec=tool_spec,
+                                    python=python_version, image=image, output_path=output_path)
+    _report(ci_verbs.write_files(files, repo_root, out, output_path or GITLAB_PIPELINE_PATH))
+
+
+@ci.command("gitlab-child")
+@click.option("--plan", "plan_file", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="The plan the pipeline's plan job made (plan.json).")
+@click.option("-o", "--out", default=GITLAB_CHILD_PATH, show_default=True)
+@click.option("--tool-spec", default="trt-orchestrator", show_default=True, help="What the jobs `pip install`.")
+@click.option("--image", default="python:3.11-slim", show_default=True,
+              help="Image of the publish job and of shards that run on any runner.")
+def gitlab_child(plan_file, out, tool_spec, image):
+    """Write the GitLab child pipeline of a plan: a job per shard, then publish (run by the parent's plan job)."""
+    files = ci_verbs.child_files("gitlab", read_plan_file(plan_file), tool_spec=tool_spec, image=image,
+                                 plan_path=plan_file, output_path=None if out == "-" else out)
+    _report(ci_verbs.write_files(files, ".", out, out if out != "-" else GITLAB_CHILD_PATH))

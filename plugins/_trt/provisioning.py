@@ -23,12 +23,22 @@ NVIDIA_INDEX = "https://pypi.nvidia.com"
 _CU13_SINCE = (10, 13, 2, 6)
 _CU11_UNTIL = (10, 13, 0, 35)
 _FOUR_PART_SINCE = (10, 8)
+# every 11.x release on PyPI (shared/reference/trt-api-surface/README.md); 10.x releases are not listed one by one
+PYPI_11 = ("11.0.0.114", "11.1.0.106", "11.2.1.2", "11.3.0.99", "11.4.0.106")
 
-# TensorRT release -> (NGC image, CUDA, source). Only rows confirmed by NVIDIA's own container release notes or two
-# independent sources (see docs/ci.md for how to add one).
+# TensorRT release -> (NGC image, CUDA, source). NVIDIA's per-month TensorRT container release notes were not
+# readable from here, so no row is confirmed from them; each row says what it rests on. Every shard still verifies
+# the TensorRT version inside its image before building (`orchestrate ci verify-shard`), so a wrong row fails the
+# job naming both versions instead of building with another release. docs/ci.md says how to add a row.
 CONTAINERS: dict[str, tuple[str, str, str]] = {
     "10.8.0.43": ("nvcr.io/nvidia/tensorrt:25.01-py3", "12.8",
-                  "NVIDIA TensorRT container release notes 25.01; shared/reference/trt-api-surface/README.md"),
+                  "secondary: three independent projects pin libnvinfer 10.8.0.43-1+cuda12.8 in this image, and "
+                  "NVIDIA/TensorRT#4346 says 10.8 is in the 25.01 container; NVIDIA's Triton compatibility matrix "
+                  "(triton-inference-server/server docs/introduction/compatibility.md) lists 10.8.0.43 / CUDA 12.8 "
+                  "for the same month"),
+    "10.9.0.34": ("nvcr.io/nvidia/tensorrt:25.03-py3", "12.8",
+                  "secondary: a project tested with this image reports TensorRT 10.9, CUDA 12.8.1, Ubuntu 24.04; "
+                  "NVIDIA's Triton compatibility matrix lists 10.9.0.34 / CUDA 12.8.1 for 25.03"),
 }
 
 
@@ -73,6 +83,10 @@ def pip_requirements(version: str) -> tuple[dict[str, tuple[str, ...]], str]:
     if len(v) < 3 or v[0] not in (10, 11):
         return {}, (f"TensorRT {version} has no pip wheels (PyPI has 8.6.1, 10.0.1 to 10.16.x and 11.x; 8.6.3 "
                     "only ships in NGC containers)")
+    if v[0] == 11 and version not in PYPI_11:
+        same = [k for k in PYPI_11 if _parts(k)[:2] == v[:2]]
+        return {}, (f"TensorRT {version} is not on PyPI" + (f" (that minor release is {same[0]})" if same else "")
+                    + f"; the 11.x wheels are {', '.join(PYPI_11)}")
     pin = ".".join(str(p) for p in (v[:3] if v[:2] < _FOUR_PART_SINCE else v))
     cudas: dict[str, tuple[str, ...]] = {"12": (f"tensorrt-cu12=={pin}",)}
     if v >= _CU13_SINCE:

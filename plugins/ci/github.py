@@ -14,14 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import PurePosixPath
+from typing import Literal
 
 import yaml
 
+from orchestrator.core.model import RegistryConfig
 from orchestrator.core.plan import Plan
 from orchestrator.errors import CIError
 
@@ -31,6 +34,60 @@ ACTIONLINT_CONFIG_PATH = ".github/actionlint.yaml"
 # Repo-relative manifest paths end up in `paths:` filters (globs) and env: keep them to plain path characters.
 _SAFE_PATH = re.compile(r"[A-Za-z0-9._/-]+")
 _SAFE_PYTHON = re.compile(r"[A-Za-z0-9._-]+")
+# A PR label goes into the build job's `if:` as a single-quoted expression string: no quotes, no `$`, no braces.
+_SAFE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/+-]{0,49}")
+DEFAULT_PR_LABEL = "build-engines"
+
+# Third-party actions pinned by commit (zizmor's unpinned-uses; Dependabot updates the `# vX.Y.Z` comment with the
+# SHA). Each SHA is what that major tag resolved to in GitHub runner logs and what other repositories pin with the
+# same version comment (researched 2026-11; v4/v5 lines: node20, any runner >= 2.3xx).
+ACTIONS = {
+    "checkout": ("actions/checkout", "34e114876b0b11c390a56381ad16ebd13914f8d5", "v4.3.1"),
+    "setup_python": ("actions/setup-python", "a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "upload_artifact": ("actions/upload-artifact", "ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+    "download_artifact": ("actions/download-artifact", "d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "cache": ("actions/cache", "0057852bfaa89a56745cba8c7296529d2fc39830", "v4.3.0"),
+}
+ActionRefs = Literal["sha", "tags"]
+
+
+def action_refs(refs: ActionRefs) -> dict[str, str]:
+    """`uses:` values: owner/repo@<sha> # vX.Y.Z (default), or owner/repo@vX (``tags``: Dependabot-free repos that
+    prefer moving major tags, at zizmor's unpinned-uses finding)."""
+    if refs == "tags":
+        return {k: f"{repo}@{version.split('.')[0]}" for k, (repo, _, version) in ACTIONS.items()}
+    return {k: f"{repo}@{sha} # {version}" for k, (repo, sha, version) in ACTIONS.items()}
+
+
+def _is_ghcr(url: str | None) -> bool:
+    return bool(url) and str(url).lower().startswith("ghcr.io/")
+
+
+def _secret(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name.upper().startswith("GITHUB_"):
+        raise CIError(f"registry secret name {name!r} cannot be used in a workflow",
+                      hint="letters, digits and '_', not starting with a digit or GITHUB_")
+    return "${{ secrets." + name + " }}"
+
+
+def registry_logins(registry: RegistryConfig | None) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """(read, write) registry logins as workflow expressions, for the environment variables the OCI store reads.
+    Write: the publish step only (``registry.credentials``' named secrets; GHCR with none: the job's GITHUB_TOKEN
+    with `packages: write`). Read: the plan, build and gate jobs (which read the index and published caches): the
+    ``read_*`` secrets, GHCR's token with `packages: read`, or none (anonymous pull)."""
+    if registry is None:
+        return None, None
+    ghcr = {"username": "${{ github.actor }}", "password": "${{ secrets.GITHUB_TOKEN }}"}
+    creds = registry.credentials
+    if creds is None:
+        return (ghcr, ghcr) if _is_ghcr(registry.url) else (None, None)
+    write = {"username": _secret(creds.username_secret), "password": _secret(creds.password_secret)}
+    read = None
+    if creds.read_username_secret and creds.read_password_secret:
+        read = {"username": _secret(creds.read_username_secret), "password": _secret(creds.read_password_secret)}
+    elif _is_ghcr(registry.url):
+        read = ghcr
+    return read, write
 
 
 @lru_cache(maxsize=1)
@@ -110,12 +167,28 @@ def _environment():
         loader=jinja2.FunctionLoader(lambda name: _template_text(name)),
     )
     env.filters["q"] = _q
+    env.filters["sq"] = lambda value: "'" + value + "'"  # only for values checked against _SAFE_LABEL
     return env
 
 
-def render_actionlint_config(labels: Sequence[str]) -> str:
+def regenerate_command(manifests: Sequence[str], *, tool_spec: str, python: str, workflow_path: str,
+                       pr_build_label: str, refs: ActionRefs) -> str:
+    """The exact command that writes these files again (the files' headers state it)."""
+    argv = ["orchestrate", "ci", "github", *manifests, "--tool-spec", tool_spec]
+    if python != "3.11":
+        argv += ["--python", python]
+    if workflow_path != WORKFLOW_PATH:
+        argv += ["-o", workflow_path]
+    if pr_build_label != DEFAULT_PR_LABEL:
+        argv += ["--pr-build-label", pr_build_label]
+    if refs != "sha":
+        argv += ["--action-refs", refs]
+    return shlex.join(argv)
+
+
+def render_actionlint_config(labels: Sequence[str], regenerate: str = "orchestrate ci github") -> str:
     head = ("# Generated by `orchestrate ci github`: the self-hosted runner labels the engine workflow uses,\n"
-            "# declared so actionlint accepts them. Do not edit: regenerate it.\n")
+            f"# declared so actionlint accepts them. Do not edit: regenerate it with\n#   {regenerate}\n")
     body = {"self-hosted-runner": {"labels": sorted(set(labels))}}
     return head + yaml.safe_dump(body, sort_keys=True, default_flow_style=False, allow_unicode=False,
                                  default_style=None, width=10_000)
@@ -127,7 +200,9 @@ class GitHubEmitter:
     max_shards: int | None = MAX_MATRIX
 
     def render(self, plan: Plan, manifests: list[str], *, tool_spec: str = "trt-orchestrator",
-               python: str = "3.11", workflow_path: str = WORKFLOW_PATH) -> dict[str, str]:
+               python: str = "3.11", workflow_path: str = WORKFLOW_PATH, registry: RegistryConfig | None = None,
+               lfs: bool = False, pr_build_label: str = DEFAULT_PR_LABEL,
+               action_refs_mode: ActionRefs = "sha", output_path: str | None = None) -> dict[str, str]:
         """The workflow and `.github/actionlint.yaml`, as {repo-relative path: text}. Same plan, same bytes.
 
         Pass a plan made against an empty index (``orchestrator.app.ci.workflow_plan``) so the output depends only on
@@ -141,8 +216,18 @@ class GitHubEmitter:
             raise CIError("empty tool spec", hint="pass a pip requirement, e.g. trt-orchestrator==0.1.0")
         if not _SAFE_PYTHON.fullmatch(python):
             raise CIError(f"python version {python!r} is not a plain version", hint="e.g. 3.11")
+        if not _SAFE_LABEL.fullmatch(pr_build_label):
+            raise CIError(f"PR build label {pr_build_label!r} cannot go into a workflow condition",
+                          hint="letters, digits, spaces and . _ : / + -, at most 50 characters")
+        if action_refs_mode not in ("sha", "tags"):
+            raise CIError(f"unknown action refs {action_refs_mode!r}", hint="sha or tags")
         _check_matrix_size(plan)
+        regenerate = regenerate_command(paths, tool_spec=tool_spec, python=python,
+                                        workflow_path=output_path or workflow_path,
+                                        pr_build_label=pr_build_label, refs=action_refs_mode)
+        _check_text("regenerate command", regenerate)
 
+        read_login, write_login = registry_logins(registry)
         matrix = _matrix_namespace()
         has_gate_job = any(matrix["runs_on"](s.gate_labels or s.build_labels) != matrix["runs_on"](s.build_labels)
                            for s in plan.shards)
@@ -156,8 +241,16 @@ class GitHubEmitter:
             matrix_script=_template_text("matrix.py").rstrip("\n"),
             has_gate_job=has_gate_job,
             publish_needs=["plan", "build", "gate"] if has_gate_job else ["plan", "build"],
+            actions=action_refs(action_refs_mode),
+            regenerate=regenerate,
+            lfs=lfs,
+            pr_build_label=pr_build_label,
+            credentials=write_login,
+            read_login=read_login,
+            ghcr=registry is not None and _is_ghcr(registry.url),
         )
-        return {workflow_path: workflow, ACTIONLINT_CONFIG_PATH: render_actionlint_config(custom_labels(plan))}
+        return {workflow_path: workflow,
+                ACTIONLINT_CONFIG_PATH: render_actionlint_config(custom_labels(plan), regenerate)}
 
 
 emitter = GitHubEmitter()

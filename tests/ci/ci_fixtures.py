@@ -137,3 +137,14 @@ def check_jsonschema(path: Path, *args: str) -> subprocess.CompletedProcess:
         pytest.skip("check-jsonschema is not installed: run scripts/install-ci-tools.sh")
     env = {**os.environ, "NO_COLOR": "1"}
     return subprocess.run([*cmd, *args, str(path)], capture_output=True, text=True, timeout=120, env=env)
+
+
+def zizmor(repo: Path) -> list[dict]:
+    exe = Path(sys.executable).with_name("zizmor")
+    cmd = str(exe) if exe.exists() else shutil.which("zizmor")
+    if cmd is None:
+        pytest.skip("zizmor is not installed: run scripts/install-ci-tools.sh")
+    proc = subprocess.run([cmd, "--offline", "--min-severity", "medium", "--format", "json", "--no-progress",
+                           str(repo / github.WORKFLOW_PATH)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 14), proc.stderr[-2000:]  # 14: findings remain
+    return json.loads(proc.stdout or "[]")

@@ -12,7 +12,7 @@ from orchestrator.app.ci import workflow_files
 from orchestrator.errors import ManifestError
 from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH
 
-from .ci_fixtures import REPO, actionlint, check_jsonschema
+from .ci_fixtures import REPO, actionlint, check_jsonschema, zizmor
 
 MANIFESTS = ("manifests/demo.yaml", "manifests/fleet.yaml")
 # This repository's own workflow installs the tool from its checkout, with the demo's builders and the OCI store.
@@ -49,6 +49,14 @@ def test_committed_workflow_lints(generated):
     assert actionlint(path) == []
     proc = check_jsonschema(path, "--builtin-schema", "vendor.github-workflows")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert zizmor(REPO) == []  # no finding at medium or above
+
+
+def test_headers_state_the_command_that_regenerates_them(generated):
+    """A user following the header gets no diff: the header's command is the one these files come from."""
+    command = "orchestrate ci github manifests/demo.yaml manifests/fleet.yaml --tool-spec '.[demo,oci]'"
+    for rel, text in generated.items():
+        assert f"#   {command}\n" in text, rel
 
 
 def test_generation_is_byte_stable(generated):

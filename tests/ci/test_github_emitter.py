@@ -82,37 +82,87 @@ def test_workflow_shape(fleet):
     on = wf[True]  # PyYAML reads the key `on` as a boolean
     assert on["push"]["paths"] == on["pull_request"]["paths"] == [
         ".github/workflows/engines.yml", "manifests/**", "manifests/fleet.yaml"]
+    assert on["pull_request"]["types"] == ["opened", "synchronize", "reopened", "labeled"]
     assert "workflow_dispatch" in on
-    assert wf["permissions"] == {"contents": "read"}
+    assert wf["permissions"] == {}  # nothing by default: each job asks for what it needs
     assert wf["concurrency"] == {
         "group": "engines-${{ github.ref }}-" + github.manifests_hash(["manifests/fleet.yaml"]),
         "cancel-in-progress": "${{ github.event_name == 'pull_request' }}"}
     assert wf["env"] == {"MANIFESTS": "manifests/fleet.yaml", "TOOL_SPEC": "trt-orchestrator",
                          "PYTHON_VERSION": "3.11"}
     jobs = wf["jobs"]
-    assert list(jobs) == ["plan", "build", "gate", "publish"]
+    assert list(jobs) == ["plan", "comment", "build", "gate", "publish"]
+    assert {name: job["permissions"] for name, job in jobs.items()} == {
+        "plan": {"contents": "read"}, "comment": {"pull-requests": "write"}, "build": {"contents": "read"},
+        "gate": {"contents": "read"}, "publish": {"contents": "read"}}
     assert jobs["plan"]["runs-on"] == "ubuntu-latest"
     assert set(jobs["plan"]["outputs"]) == {"matrix", "gate_matrix", "has_changes", "has_gate"}
+    comment = jobs["comment"]
+    assert comment["if"] == ("github.event_name == 'pull_request' && "
+                             "github.event.pull_request.head.repo.full_name == github.repository")
     build = jobs["build"]
-    assert build["needs"] == "plan" and build["if"] == "needs.plan.outputs.has_changes == 'true'"
+    assert build["needs"] == "plan"
+    assert build["if"] == ("needs.plan.outputs.has_changes == 'true' && (github.event_name != 'pull_request' || "
+                           "(github.event.pull_request.head.repo.full_name == github.repository && "
+                           "contains(github.event.pull_request.labels.*.name, 'build-engines')))")
     assert build["strategy"] == {"fail-fast": False, "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}"}
     assert build["runs-on"] == "${{ matrix.labels }}" and build["env"] == {"SHARD": "${{ matrix.shard }}"}
+    assert build["container"] == {"image": "${{ matrix.image }}", "options": "--gpus all"}
     runs = [s.get("run") for s in build["steps"] if "run" in s]
-    assert runs[-2:] == ['orchestrate build --plan plan.json --shard "$SHARD"',
+    assert runs[-3:] == ['orchestrate ci verify-shard --plan plan.json --shard "$SHARD" --role build',
+                         'orchestrate build --plan plan.json --shard "$SHARD"',
                          'orchestrate gate --plan plan.json --shard "$SHARD"']
-    cache = next(s for s in build["steps"] if s.get("uses") == "actions/cache@v4")["with"]
-    assert cache["key"] == "trt-cache-${{ runner.os }}-${{ matrix.shard }}-${{ hashFiles('plan.json') }}"
+    caches = [s for s in build["steps"] if str(s.get("uses", "")).startswith("actions/cache@")]
+    assert [c["with"]["path"] for c in caches] == [".orchestrate/toolchain", ".orchestrate/caches"]
+    assert caches[0]["if"] == "matrix.toolchain == 'pip'"
+    assert caches[0]["with"]["key"] == "toolchain-${{ runner.os }}-${{ matrix.toolchain_key }}"
+    assert caches[1]["with"]["key"] == "trt-caches-${{ runner.os }}-${{ matrix.cache_key }}-${{ github.run_id }}"
+    install = next(s for s in build["steps"] if s.get("name") == "Install toolchain and orchestrate")
+    assert install["env"] == {"TOOLCHAIN": "${{ matrix.toolchain }}", "TOOLCHAIN_KEY": "${{ matrix.toolchain_key }}",
+                              "TOOLCHAIN_REQUIREMENTS": "${{ matrix.requirements }}",
+                              "TOOLCHAIN_INDEX_URL": "${{ matrix.index_url }}"}
     upload = build["steps"][-1]
-    assert upload["uses"] == "actions/upload-artifact@v4" and upload["with"]["name"] == "engines-${{ matrix.shard }}"
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["name"] == "engines-${{ matrix.shard }}"
     gate = jobs["gate"]
     assert gate["needs"] == ["plan", "build"] and gate["runs-on"] == "${{ matrix.labels }}"
     assert gate["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gate_matrix) }}"
     publish = jobs["publish"]
     assert publish["needs"] == ["plan", "build", "gate"]
-    for guard in ("always()", "github.event_name != 'pull_request'", "needs.plan.result == 'success'",
-                  "!contains(needs.*.result, 'failure')", "!contains(needs.*.result, 'cancelled')"):
+    for guard in ("!cancelled()", "github.event_name != 'pull_request'", "needs.plan.result == 'success'"):
         assert guard in publish["if"]
-    assert publish["steps"][-1]["run"] == "orchestrate publish --plan plan.json"
+    assert "failure" not in publish["if"]  # per-cell: publish what passed even when other shards failed
+    assert publish["steps"][-1]["run"] == 'orchestrate publish --plan plan.json --summary "$GITHUB_STEP_SUMMARY"'
+    assert "env" not in publish["steps"][-1]  # no registry login for a registry that needs none
+    for job in jobs.values():  # checkouts keep no token in .git/config for later steps
+        for step in job["steps"]:
+            if str(step.get("uses", "")).startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+
+
+def test_actions_are_pinned_by_commit_with_their_version(fleet):
+    text = render(plan_of(fleet))[WORKFLOW_PATH]
+    uses = sorted({line.split("uses: ", 1)[1] for line in text.splitlines() if "uses: " in line})
+    assert uses == sorted(f"{repo}@{sha} # {version}" for repo, sha, version in github.ACTIONS.values())
+    assert all(len(sha) == 40 for _, sha, _ in github.ACTIONS.values())
+    tags = render(plan_of(fleet), action_refs_mode="tags")[WORKFLOW_PATH]
+    assert "uses: actions/checkout@v4\n" in tags and "# v4" not in tags
+
+
+def test_header_states_the_exact_command(fleet):
+    files = render(plan_of(fleet), tool_spec=".[demo,oci]", pr_build_label="ok to build", python="3.12")
+    command = ("orchestrate ci github manifests/fleet.yaml --tool-spec '.[demo,oci]' --python 3.12 "
+               "--pr-build-label 'ok to build'")
+    assert files[WORKFLOW_PATH].splitlines()[1] == "#   " + command
+    assert "#   " + command in files[ACTIONLINT_CONFIG_PATH]
+    wf = yaml.safe_load(files[WORKFLOW_PATH])
+    assert "contains(github.event.pull_request.labels.*.name, 'ok to build')" in wf["jobs"]["build"]["if"]
+
+
+@pytest.mark.parametrize("label", ["x' || true || '", "a${{ b }}", "", "x" * 51, "a\nb"])
+def test_pr_build_labels_that_cannot_go_into_a_condition_are_refused(fleet, label):
+    with pytest.raises(CIError, match="PR build label"):
+        render(plan_of(fleet), pr_build_label=label)
 
 
 def test_actionlint_config_lists_every_custom_label(fleet):
@@ -124,7 +174,7 @@ def test_actionlint_config_lists_every_custom_label(fleet):
 def test_no_gate_job_when_every_target_gates_where_it_builds(tmp_path):
     path = write_manifest(tmp_path, "m.yaml", [model_entry("det")], [trt_target("l4", "8.9", ["gpu", "sm89"])])
     wf = yaml.safe_load(render(plan_of(path))[WORKFLOW_PATH])
-    assert list(wf["jobs"]) == ["plan", "build", "publish"]
+    assert list(wf["jobs"]) == ["plan", "comment", "build", "publish"]
     assert wf["jobs"]["publish"]["needs"] == ["plan", "build"]
 
 
@@ -250,7 +300,9 @@ def test_matrix_holds_only_shard_ids_and_runs_on_labels(fleet, tmp_path):
     assert outputs["has_changes"] == "true" and outputs["has_gate"] == "true"
     matrix = json.loads(outputs["matrix"])
     by_shard = {e["shard"]: e["labels"] for e in matrix["include"]}
-    assert all(set(e) == {"shard", "labels"} for e in matrix["include"])
+    assert all(set(e) == {"shard", "labels", "toolchain", "image", "requirements", "index_url", "toolchain_key",
+                          "cache_key"} for e in matrix["include"])
+    assert {e["toolchain"] for e in matrix["include"]} == {"runner"} and {e["image"] for e in matrix["include"]} == {""}
     assert sorted(by_shard.values()) == [["self-hosted", "gpu", "sm86"], ["self-hosted", "gpu", "sm89", "trt10.13"],
                                          ["ubuntu-latest"]]
     gate = json.loads(outputs["gate_matrix"])["include"]

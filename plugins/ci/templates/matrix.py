@@ -3,10 +3,15 @@
 Run by the generated workflow's `plan` job (included verbatim into its `run:` block) and loaded by
 `trt_orchestrator_plugins.ci.github` for ``runs_on``, so the two can never disagree. Standard library only.
 
-Outputs: ``matrix`` / ``gate_matrix`` = ``{"include": [{"shard": ID, "labels": [...]}, ...]}`` holding only
-shard ids and runner labels (data for `runs-on`, never interpolated into a script), ``has_changes`` and
-``has_gate`` (``true``/``false``).
+Outputs: ``matrix`` / ``gate_matrix`` = ``{"include": [{"shard": ID, "labels": [...], ...toolchain}, ...]}``
+holding shard ids, runner labels and the shard's toolchain (data for `runs-on`, `container:` and step `env:`,
+never interpolated into a script), ``has_changes`` and ``has_gate`` (``true``/``false``).
+
+Toolchain fields of an entry: ``toolchain`` (runner | container | pip), ``image`` (the container image; "" runs
+on the host), ``requirements`` (pip pins, space-separated), ``index_url``, ``toolchain_key`` (keys the cached pip
+environment) and ``cache_key`` (keys the timing/calibration caches: builder, exact version, CCs).
 """
+import hashlib
 import json
 import os
 import sys
@@ -30,14 +35,26 @@ def runs_on(labels):
     return ["self-hosted"] + [label for label in labels if label != "self-hosted"]
 
 
+def toolchain_fields(shard):
+    tc = shard.get("toolchain") or {}
+    kind = tc.get("kind") or "runner"
+    requirements = list(tc.get("requirements") or ())
+    text = "\n".join([kind, tc.get("image") or "", *requirements, tc.get("index_url") or ""])
+    return {"toolchain": kind, "image": (tc.get("image") or "") if kind == "container" else "",
+            "requirements": " ".join(requirements), "index_url": tc.get("index_url") or "",
+            "toolchain_key": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
+            "cache_key": shard.get("cache_key") or shard["id"]}
+
+
 def matrices(plan):
     build, gate = [], []
     for shard in sorted(plan["shards"], key=lambda s: s["id"]):
         build_on = runs_on(shard["build_labels"])
         gate_on = runs_on(shard["gate_labels"] or shard["build_labels"])
-        build.append({"shard": shard["id"], "labels": build_on})
+        fields = toolchain_fields(shard)
+        build.append({"shard": shard["id"], "labels": build_on, **fields})
         if gate_on != build_on:
-            gate.append({"shard": shard["id"], "labels": gate_on})
+            gate.append({"shard": shard["id"], "labels": gate_on, **fields})
     return {"include": build}, {"include": gate}
 
 
