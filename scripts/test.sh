@@ -18,5 +18,6 @@ bash scripts/setup-env.sh test
 .venv/bin/python -m pip install -q --no-deps ./tests/data/onnx_copy_plugin  # third-party plugin for tests/integration/test_third_party_plugin.py
 if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
+.venv/bin/python scripts/fetch_images.py  # real photos for the gates' image-folder path
 bash scripts/check.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
