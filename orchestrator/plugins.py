@@ -19,6 +19,7 @@ from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
 from orchestrator.contracts.runtime import Runtime
 from orchestrator.contracts.store import IndexReader, Store
+from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.fingerprint import RunnerFingerprint
@@ -31,6 +32,7 @@ TRANSFORMS = "trt_orchestrator.transforms"
 RUNTIMES = "trt_orchestrator.runtimes"
 STORES = "trt_orchestrator.stores"
 CI = "trt_orchestrator.ci"
+TASKS = "trt_orchestrator.tasks"
 
 DEFAULT_STORE = "local"
 REFERENCE_RUNTIME = "onnxruntime"
@@ -44,6 +46,7 @@ _REQUIRED: dict[str, dict[str, str]] = {
                "verify_engine": "callable", "load": "callable"},
     STORES: {},  # a factory: checked as callable below
     CI: {"name": "attr", "max_shards": "attr", "render": "callable"},
+    TASKS: {"name": "attr", "metrics": "attr", "evaluate": "callable"},
 }
 
 
@@ -123,6 +126,12 @@ def runtime(name: str) -> Runtime:
 
 def ci_emitter(name: str) -> CIEmitter:
     plugin: CIEmitter = load(CI, name)
+    return plugin
+
+
+def task(kind: str) -> TaskMetric:
+    """The task-metric plugin of a manifest's ``models[].task.kind``."""
+    plugin: TaskMetric = load(TASKS, kind)
     return plugin
 
 

@@ -82,7 +82,7 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
         reason = runtime_reason(cell, runner)
         if reason:
             return None, StepOutcome(status="pending", reason=f"gate pending: {reason}")
-        model = project.models[cell.model]
+        model = project.model_of(cell)
         baseline = _baseline(project, cell, model, runner) if node.kind == "gate:benchmark" else None
         return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
                            baseline=baseline, runner=facts(node)), None

@@ -176,7 +176,7 @@ def report_cells(project: Project) -> list[Report]:
             entry["parity"], entry["reasons"] = _parity_view(parity)
         if bench:
             entry["benchmark"] = bench["verdict"]
-        gates = project.models[cell.model].gate
+        gates = project.model_of(cell).gate
         status: str = gate_status(parity["status"] if parity else None, bench["status"] if bench else None,
                                   (gates.parity.enabled, gates.benchmark.enabled))
         if status == "skipped":

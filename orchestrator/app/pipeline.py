@@ -343,7 +343,7 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
         builder = plugins.builder(cell.target.builder)
         caps = builder.capabilities(cell.target.builder_version)
         payloads[pub] = PublishPayload(
-            cell=cell, model=project.models[cell.model], registry=project.registry,
+            cell=cell, model=project.model_of(cell), registry=project.registry,
             manifest_file=display_path(cell.manifest), runtime=builder.runtime,
             media_type=caps.engine_media_type, platform_specific=caps.platform_specific,
             calibration_dir=(str(project.workspace.node_dir(project.graph.nodes[cell.calibrate_node]))

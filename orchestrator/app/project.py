@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator import plugins
@@ -39,6 +39,11 @@ class Project:
     @property
     def registry(self) -> RegistryConfig:
         return self.manifests[0].registry
+
+    def model_of(self, cell: Cell) -> Model:
+        """The cell's model with the cell's gate settings (its target's ``gate:`` over the model's, when given)."""
+        model = self.models[cell.model]
+        return model if cell.gate is None else replace(model, gate=cell.gate)
 
     def manifest_of(self, cell: Cell) -> Manifest:
         return next(m for m in self.manifests if m.file == cell.manifest)
@@ -85,6 +90,10 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
             for data in (model.calibration, model.gate.parity.data):
                 if data and data.path and data.path not in data_digests and os.path.exists(data.path):
                     data_digests[data.path] = cache.data_digest(data.path)
+        for _, gate in man.cell_gates:  # a target's own parity data
+            data = gate.parity.data
+            if data.path and data.path not in data_digests and os.path.exists(data.path):
+                data_digests[data.path] = cache.data_digest(data.path)
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
     problems = plugins.transform_problems()

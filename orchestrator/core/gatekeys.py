@@ -83,7 +83,24 @@ def parity_inputs(model: Model, spec: PrecisionSpec, data_digest: str | None) ->
                   "engine_tf32": resolve_tolerance(parity, spec.name, "", tf32=True).to_json(),
                   "per_output": {o: resolve_tolerance(parity, spec.name, o).to_json() for o in outputs}}
     return {"data": data_inputs(parity.data, data_digest), "tolerances": tolerances,
-            "classifier_outputs": dict(sorted(model.classifier_outputs.items())), "model": _model_inputs(model)}
+            "classifier_outputs": dict(sorted(model.classifier_outputs.items())), "model": _model_inputs(model),
+            "task": task_inputs(model, spec)}
+
+
+def task_inputs(model: Model, spec: PrecisionSpec) -> dict[str, Any] | None:
+    """The task metric a parity verdict judges with: its kind, output and decode options, the thresholds resolved
+    for the precision, and whether tensor tolerances gate (None: no task and tensors gate, as before tasks)."""
+    parity = model.gate.parity
+    by_precision = dict(sorted(parity.task_by_precision.get(spec.name, {}).items()))
+    if model.task is None and not parity.task and not by_precision and parity.tensor:
+        return None
+    task = model.task
+    # both layers as written (not only the merged result): a model threshold the precision overrides still
+    # re-gates, the simpler rule that key completeness can state for every cell
+    return {"kind": task.kind if task else None, "output": task.output if task else None,
+            "options": dict(sorted(task.options.items())) if task else {},
+            "thresholds": dict(sorted(parity.task.items())), "thresholds_for_precision": by_precision,
+            "tensor": parity.tensor}
 
 
 def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.core.model import PrecisionSpec, Target
+from orchestrator.core.model import GateSettings, PrecisionSpec, Target
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 
 
@@ -46,6 +46,8 @@ class Cell:
     gate_inputs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     calibrate_node: str | None = None  # the calibration cache it is built from (int8)
     toolchain: ResolvedToolchain = RUNNER  # what CI provisions for it (``core.toolchain``); shards group by it
+    # its gate where its target overrides the model's (``targets[].gate``); None: the model's gate
+    gate: GateSettings | None = field(default=None, hash=False, compare=False)
 
     @property
     def build_labels(self) -> tuple[str, ...]:

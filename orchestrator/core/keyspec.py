@@ -127,6 +127,26 @@ def _tolerance(where: str, cells: Cells, what: str) -> dict[str, KeyRule]:
             for f in ("atol", "rtol", "min_cosine", "max_rel_l2", "topk", "min_topk_agreement")}
 
 
+# models[].task and gate.parity.task*: what the parity gate's task metric judges (gate_inputs.parity.task)
+_TASK_FIELDS = ("kind", "output", "charset", "blank", "threshold", "box_iou", "min_box_side")
+_TASK_THRESHOLDS = ("max_top1_disagreement", "min_top1_agreement", "min_top5_agreement", "min_accuracy",
+                    "min_text_accuracy", "max_norm_edit_distance", "min_label_text_accuracy",
+                    "max_label_norm_edit_distance", "min_mask_iou", "min_box_recall", "min_box_precision")
+
+
+def _task() -> dict[str, KeyRule]:
+    rules = {f"models[].task.{f}": _gate(f"the task metric's {f} (gate_inputs.parity.task)", _PARITY_CELLS)
+             for f in _TASK_FIELDS}
+    for name in _TASK_THRESHOLDS:
+        rules[f"models[].gate.parity.task.{name}"] = _gate(
+            f"the task threshold {name} (gate_inputs.parity.task.thresholds)", _PARITY_CELLS)
+        rules[f"models[].gate.parity.task_by_precision.*.{name}"] = _gate(
+            f"the precision's task threshold {name} (gate_inputs.parity.task.thresholds_for_precision)", _TOL_CELLS)
+    rules["models[].gate.parity.tensor"] = _gate(
+        "whether tensor tolerances fail the parity gate (gate_inputs.parity.task.tensor)", _PARITY_CELLS)
+    return rules
+
+
 _CALIB_PRE = _build("how calibration images become tensors (key_inputs.calibration.data.preprocess)", _CALIBRATED)
 _PARITY_PRE = _gate("how parity images become tensors (gate_inputs.parity.data.preprocess; a dataset only)",
                     Cells("every cell of the model, while parity is enabled and reads a dataset", gates=_PARITY,
@@ -220,6 +240,7 @@ _EXPLICIT: dict[str, KeyRule] = {
     **_tolerance("models[].gate.parity.tolerances.*", _TOL_CELLS, "the precision's outputs"),
     **_tolerance("models[].gate.parity.per_output.*", _PARITY_CELLS, "that output"),
     "models[].gate.parity.enabled": _gate("whether parity runs (gate_inputs.parity: None when off)", _MODEL),
+    **_task(),
     "models[].gate.benchmark.warmup": _benchmark("warmup", "untimed runs before the series"),
     "models[].gate.benchmark.iterations": _benchmark("iterations", "the timed series' length"),
     "models[].gate.benchmark.time_budget_s": _benchmark("time_budget_s", "the series' time budget"),
@@ -300,8 +321,18 @@ DEFAULT_MIRRORS: dict[str, str] = {
 }
 
 
+# A target's own `gate:` overrides the model's settings for that target's cells (``Manifest.gate_for``): each of its
+# fields reaches the keys the model's field does, on the target's cells only.
+TARGET_MIRRORS: dict[str, str] = {"targets[].gate": "models[].gate"}
+
+
 def _with_defaults(table: Mapping[str, KeyRule]) -> dict[str, KeyRule]:
     out = dict(table)
+    for override, mirrored in TARGET_MIRRORS.items():
+        for path, rule in table.items():
+            if path.startswith(mirrored + "."):
+                out[override + path[len(mirrored):]] = replace(
+                    rule, reason=f"overrides {path} for the target's cells: {rule.reason}")
     for default, mirrored in DEFAULT_MIRRORS.items():
         for path, rule in table.items():
             if path == mirrored or path.startswith(mirrored + ".") or path.startswith(mirrored + "["):
@@ -315,8 +346,8 @@ KEY_TABLE: dict[str, KeyRule] = _with_defaults(_EXPLICIT)
 
 
 def mirrored_path(path: str) -> str | None:
-    """The model/target field a ``defaults`` path defaults (None: not a defaults path)."""
-    for default, mirrored in DEFAULT_MIRRORS.items():
+    """The model/target field a ``defaults`` path defaults, or a target's gate field overrides (None: neither)."""
+    for default, mirrored in {**DEFAULT_MIRRORS, **TARGET_MIRRORS}.items():
         if path == default or path.startswith(default + ".") or path.startswith(default + "["):
             return mirrored + path[len(default):]
     return None

@@ -89,12 +89,33 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class TaskSpec:
+    """``models[].task``: how the model's outputs are post-processed and judged by a task plugin
+    (``orchestrator.contracts.task``): its kind, the output it reads (None: the model's only output) and the kind's
+    own decode options (a ``charset`` path already absolute)."""
+
+    kind: str
+    output: str | None = None
+    options: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ParityGate:
     data: DataSource = field(default_factory=DataSource)
     # Overrides of the documented per-precision defaults; per_output overrides both.
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     per_output: dict[str, Tolerance] = field(default_factory=dict)
     enabled: bool = True
+    # Task-metric thresholds (``min_<metric>`` / ``max_<metric>`` -> bound) for the model's ``task``; the
+    # precision's entry of ``task_by_precision`` overrides them key by key.
+    task: dict[str, float] = field(default_factory=dict)
+    task_by_precision: dict[str, dict[str, float]] = field(default_factory=dict)
+    # False: tensor tolerance failures are reported but do not fail the gate (the task metric is the contract)
+    tensor: bool = True
+
+    def task_thresholds(self, precision: str) -> dict[str, float]:
+        """The task thresholds an engine of ``precision`` is judged with: the model's, then the precision's."""
+        return dict(sorted({**self.task, **self.task_by_precision.get(precision, {})}.items()))
 
 
 @dataclass(frozen=True)
@@ -155,6 +176,8 @@ class Model:
     gate: GateSettings
     # classifier outputs for top-k agreement: output name -> k
     classifier_outputs: dict[str, int] = field(default_factory=dict)
+    # the task metric the parity gate also judges (post-processed outputs), None: tensors only
+    task: TaskSpec | None = None
 
     def profile_names(self) -> tuple[str, ...]:
         names: list[str] = []
@@ -329,3 +352,13 @@ class Manifest:
     # distribution -> version ("1.16" or "1.16.0") the precision transforms run with: build-key inputs, checked
     # against what a runner has installed before it transforms
     transform_tools: tuple[tuple[str, str], ...] = ()
+    # (model name, target name) -> the gate of those cells where the target overrides it (``targets[].gate`` over
+    # the model's over ``defaults.gate``, key by key); absent: the model's own gate
+    cell_gates: tuple[tuple[tuple[str, str], GateSettings], ...] = ()
+
+    def gate_for(self, model: Model, target: Target) -> GateSettings:
+        """The gate settings of ``model``'s cells on ``target`` (docs/manifest.md, "Gates per target")."""
+        for (m, t), gate in self.cell_gates:
+            if m == model.name and t == target.name:
+                return gate
+        return model.gate

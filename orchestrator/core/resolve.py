@@ -201,6 +201,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     bench_cache: dict[int, dict[str, Any] | None] = {}
     runtime_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     toolchain_cache: dict[int, tuple[ResolvedToolchain, str | None]] = {}
+    gated_cache: dict[tuple[int, int], Model] = {}
     settings_cache: dict[tuple[int, int, int, int], str] = {}
     plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
     texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
@@ -337,21 +338,27 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 "salt": manifest.salt,
             }
             key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
+            # the cells' gate: the target's `gate:` over the model's (``Manifest.gate_for``), as a model with it
+            gk = (id(model), id(target))
+            if gk not in gated_cache:
+                gate = manifest.gate_for(model, target)
+                gated_cache[gk] = model if gate is model.gate else replace(model, gate=gate)
+            gmodel = gated_cache[gk]
             # gate key parts, each cached where cells share it (their JSON is then serialized once, by id)
-            pk_gate = (id(model), spec.name)
+            pk_gate = (id(gmodel), spec.name)
             if pk_gate not in parity_cache:
-                parity_path = model.gate.parity.data.path
+                parity_path = gmodel.gate.parity.data.path
                 parity_cache[pk_gate] = parity_inputs(
-                    model, spec, inputs.data_digests.get(parity_path) if parity_path else None
-                ) if model.gate.parity.enabled else None
-            if id(model) not in bench_cache:
-                bench_cache[id(model)] = (benchmark_inputs(model, model.gate.benchmark)
-                                          if model.gate.benchmark.enabled else None)
+                    gmodel, spec, inputs.data_digests.get(parity_path) if parity_path else None
+                ) if gmodel.gate.parity.enabled else None
+            if id(gmodel) not in bench_cache:
+                bench_cache[id(gmodel)] = (benchmark_inputs(gmodel, gmodel.gate.benchmark)
+                                           if gmodel.gate.benchmark.enabled else None)
             if id(target) not in runtime_cache:
                 runtime_cache[id(target)] = (runtime_part(target), deploy_part(target))
             runtime, deploy = runtime_cache[id(target)]
             g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
-                        "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(model)], "deploy": deploy}
+                        "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(gmodel)], "deploy": deploy}
             sk = (id(runtime), id(g_inputs["parity"]), id(g_inputs["benchmark"]), id(deploy))
             if sk not in settings_cache:  # the cached parts live as long as the caches: their ids are stable
                 settings_cache[sk] = settings_digest(g_inputs, shared_digest)
@@ -361,7 +368,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                               profile_set=set_name, profiles=profiles, target=target, route=route or "none",
                               build_key=key, key_inputs=key_inputs, transform_node=transform_id,
                               blocked=blocked, gate_key=cell_gate_key, gate_inputs=g_inputs, calibrate_node=calib_id,
-                              toolchain=toolchain))
+                              toolchain=toolchain, gate=None if gmodel is model else gmodel.gate))
             if blocked:
                 continue
             build_id = f"build:{address}"
@@ -369,12 +376,12 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             build_deps = (transform_id or prepare_id,) + ((calib_id,) if calib_id else ())
             nodes[build_id] = Node(build_id, "build", build_deps, key, address=address, model=model.name)
             gate_deps = []
-            if model.gate.parity.enabled:
+            if gmodel.gate.parity.enabled:
                 pid = f"gate:parity:{address}"
                 pkey = gate_node_key(g_inputs, "parity", shared_digest(runtime), shared_digest(g_inputs["parity"]))
                 nodes[pid] = Node(pid, "gate:parity", (build_id,), pkey, address=address, model=model.name)
                 gate_deps.append(pid)
-            if model.gate.benchmark.enabled:
+            if gmodel.gate.benchmark.enabled:
                 bid = f"gate:benchmark:{address}"
                 # benchmark after parity: timing a numerically wrong engine is wasted runner time
                 nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,),

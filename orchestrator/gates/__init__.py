@@ -21,6 +21,7 @@ from orchestrator.gates.verdict import (
     OutputVerdict,
     ParityVerdict,
     ShapeBenchmark,
+    TaskVerdict,
     WorstElement,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "run_benchmark", "run_parity",
     "LatencyStats", "latency_stats", "percentile_linear", "percentile_trtexec",
     "DEFAULT_TOLERANCES", "ResolvedTolerance", "default_tolerance_table", "resolve_tolerance",
-    "BenchmarkVerdict", "CaseVerdict", "OutputVerdict", "ParityVerdict", "ShapeBenchmark", "WorstElement",
+    "BenchmarkVerdict", "CaseVerdict", "OutputVerdict", "ParityVerdict", "ShapeBenchmark", "TaskVerdict",
+    "WorstElement",
 ]

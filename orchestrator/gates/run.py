@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from orchestrator.contracts.runtime import Session, Timing
+from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.gatekeys import (  # noqa: F401 (re-exported: the gates' defaults)
     DEFAULT_BLOCK_GAP_S,
     DEFAULT_BLOCKS,
@@ -34,19 +35,24 @@ from orchestrator.errors import GateError
 from orchestrator.gates.inputs import InputCase
 from orchestrator.gates.metrics import compare_output
 from orchestrator.gates.stats import LatencyStats, block_latency_stats, latency_stats
+from orchestrator.gates.task import check_task_settings, evaluate_task
 from orchestrator.gates.tolerances import resolve_tolerance
 from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
 
 
 def run_parity(model: Model, engine_session: Session, reference_session: Session, inputs: Sequence[InputCase],
-               precision: str) -> ParityVerdict:
-    """Run every case through both sessions and judge each reference output with its resolved tolerance."""
-    cases = [_parity_case(model, engine_session, reference_session, case, precision) for case in inputs]
+               precision: str, task: TaskMetric | None = None) -> ParityVerdict:
+    """Run every case through both sessions and judge each reference output with its resolved tolerance, and the
+    model's task metric (``task``: its plugin, given when the model declares one) with its thresholds."""
+    thresholds = model.gate.parity.task_thresholds(precision)
+    check_task_settings(model, task, thresholds)
+    cases = [_parity_case(model, engine_session, reference_session, case, precision, task, thresholds)
+             for case in inputs]
     return ParityVerdict(precision=precision, cases=tuple(cases))
 
 
-def _parity_case(model: Model, engine: Session, reference: Session, case: InputCase,
-                 precision: str) -> CaseVerdict:
+def _parity_case(model: Model, engine: Session, reference: Session, case: InputCase, precision: str,
+                 task: TaskMetric | None = None, thresholds: Mapping[str, float] | None = None) -> CaseVerdict:
     ref_outputs: list[dict[str, np.ndarray]] = []
     eng_outputs: list[dict[str, np.ndarray]] = []
     reasons: list[str] = []
@@ -70,7 +76,11 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
         tol = resolve_tolerance(model.gate.parity, precision, name, tf32=bool(getattr(engine, "tf32", False)))
         pairs = ((eng[name], ref[name]) for eng, ref in zip(eng_outputs, ref_outputs))
         outputs.append(compare_output(name, pairs, tol, classifier_k=model.classifier_outputs.get(name)))
-    return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons))
+    task_verdict = None
+    if task is not None and model.task is not None and not reasons:
+        task_verdict = evaluate_task(model, task, ref_outputs, eng_outputs, thresholds or {}, case.label)
+    return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons), task_verdict,
+                       tensor_gated=model.gate.parity.tensor)
 
 
 def allowed_dissent(blocks: int) -> int:

@@ -7,7 +7,9 @@ Shapes::
 
     ParityVerdict  {kind: "parity", status, precision, reasons[], cases[]}
       case         {label: "min"|"opt"|"max"|"dataset"|…, input_shapes{name: [dims]}, samples, status,
-                    reasons[], outputs[]}
+                    reasons[], tensor_gated, outputs[], task{}|null}
+        task       {kind, output, status, metrics{name: value}, thresholds{min_/max_<metric>: bound}, reasons[],
+                    notes[]}
         output     {name, status, elements, max_abs_error, mean_abs_error, rel_l2, rel_l2_floor, cosine,
                     cosine_gated, violations, violation_fraction, nan_count, inf_count, top1_agreement,
                     topk, topk_agreement, gated_topk, gated_topk_agreement, worst[], tolerance{}, reasons[]}
@@ -135,6 +137,32 @@ class OutputVerdict:
 
 
 @dataclass(frozen=True)
+class TaskVerdict:
+    """The model's task metric on one case: the post-processed engine outputs against the reference's."""
+
+    kind: str
+    output: str | None
+    metrics: dict[str, float]
+    thresholds: dict[str, float]
+    reasons: tuple[str, ...] = ()  # thresholds violated: metric, value, bound
+    notes: tuple[str, ...] = ()  # thresholds not checked (a labels metric without labels)
+
+    @property
+    def status(self) -> Status:
+        return "failed" if self.reasons else "passed"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "output": self.output, "status": self.status,
+                "metrics": {k: encode_float(v) for k, v in self.metrics.items()}, "thresholds": dict(self.thresholds),
+                "reasons": list(self.reasons), "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TaskVerdict:
+        return cls(d["kind"], d.get("output"), {k: decode_float(v) for k, v in d["metrics"].items()},
+                   dict(d.get("thresholds", {})), tuple(d.get("reasons", ())), tuple(d.get("notes", ())))
+
+
+@dataclass(frozen=True)
 class CaseVerdict:
     """One input case (min / opt / max shapes, or the dataset) and every output in it."""
 
@@ -143,21 +171,28 @@ class CaseVerdict:
     samples: int
     outputs: tuple[OutputVerdict, ...]
     reasons: tuple[str, ...] = ()  # case-level problems (the engine failed to run, an output is missing)
+    task: TaskVerdict | None = None
+    # False (``gate.parity.tensor: false``): the outputs' tolerance failures are reported, the task metric judges
+    tensor_gated: bool = True
 
     @property
     def status(self) -> Status:
-        failed = self.reasons or any(o.status == "failed" for o in self.outputs)
+        tensors_failed = self.tensor_gated and any(o.status == "failed" for o in self.outputs)
+        failed = self.reasons or tensors_failed or (self.task is not None and self.task.status == "failed")
         return "failed" if failed else "passed"
 
     def to_json(self) -> dict:
         return {"label": self.label, "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
                 "samples": self.samples, "status": self.status, "reasons": list(self.reasons),
-                "outputs": [o.to_json() for o in self.outputs]}
+                "tensor_gated": self.tensor_gated, "outputs": [o.to_json() for o in self.outputs],
+                "task": self.task.to_json() if self.task is not None else None}
 
     @classmethod
     def from_json(cls, d: dict) -> CaseVerdict:
+        task = d.get("task")
         return cls(d["label"], {k: tuple(v) for k, v in d["input_shapes"].items()}, d["samples"],
-                   tuple(OutputVerdict.from_json(o) for o in d["outputs"]), tuple(d.get("reasons", ())))
+                   tuple(OutputVerdict.from_json(o) for o in d["outputs"]), tuple(d.get("reasons", ())),
+                   TaskVerdict.from_json(task) if task else None, bool(d.get("tensor_gated", True)))
 
 
 @dataclass(frozen=True)
@@ -179,8 +214,11 @@ class ParityVerdict:
         out: list[str] = [] if self.cases else ["no input cases were run"]
         for case in self.cases:
             out.extend(f"{case.label}: {r}" for r in case.reasons)
-            for o in case.outputs:
-                out.extend(f"{case.label}/{o.name}: {r}" for r in o.reasons)
+            if case.tensor_gated:
+                for o in case.outputs:
+                    out.extend(f"{case.label}/{o.name}: {r}" for r in o.reasons)
+            if case.task is not None:
+                out.extend(f"{case.label}/task {case.task.kind}: {r}" for r in case.task.reasons)
         return tuple(out)
 
     def worst_output(self) -> OutputVerdict | None:

@@ -37,6 +37,7 @@ from orchestrator.core.model import (
     RunnerPool,
     SourceModel,
     Target,
+    TaskSpec,
     Tolerance,
     Toolchain,
 )
@@ -58,6 +59,8 @@ class Converted:
     pools: list[RunnerPool] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     redirects: dict[Path, Path] = field(default_factory=dict)
+    # (model name, target name) -> merged gate, where a target has `gate:` (``Manifest.cell_gates``)
+    cell_gates: list[tuple[tuple[str, str], GateSettings]] = field(default_factory=list)
 
 
 def _abs(base_dir: str, path: str) -> str:
@@ -106,7 +109,11 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             data=_data(parity.get("data"), base_dir) or DataSource(),
             tolerances={k: _tolerance(v) for k, v in parity.get("tolerances", {}).items()},
             per_output={k: _tolerance(v) for k, v in parity.get("per_output", {}).items()},
-            enabled=parity.get("enabled", True)),
+            enabled=parity.get("enabled", True),
+            task={k: float(v) for k, v in parity.get("task", {}).items()},
+            task_by_precision={p: {k: float(v) for k, v in t.items()}
+                               for p, t in parity.get("task_by_precision", {}).items()},
+            tensor=parity.get("tensor", True)),
         benchmark=BenchmarkGate(
             warmup=bench.get("warmup", 10), iterations=bench.get("iterations", 100),
             time_budget_s=bench.get("time_budget_s"), shapes=tuple(bench.get("shapes", ("opt",))),
@@ -115,6 +122,16 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
             max_spread_pct=bench.get("max_spread_pct")),
         allow_ungated_publish=raw.get("allow_ungated_publish", False))
+
+
+def _task(raw: dict | None, base_dir: str) -> TaskSpec | None:
+    """``models[].task``: kind and output, the rest are the kind's options (a charset path made absolute)."""
+    if raw is None:
+        return None
+    options = {k: v for k, v in raw.items() if k not in ("kind", "output")}
+    if "charset" in options:
+        options["charset"] = _abs(base_dir, str(options["charset"]))
+    return TaskSpec(kind=raw["kind"], output=raw.get("output"), options=dict(sorted(options.items())))
 
 
 def _precision(raw: str | dict) -> PrecisionSpec:
@@ -144,7 +161,8 @@ def _model(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> Mod
                           for d, c in raw.get("constraints", {}).items()),
         precisions=tuple(_precision(p) for p in raw.get("precisions", ("fp32",))),
         profile_sets={k: tuple(v) for k, v in sets.items()}, calibration=_data(raw.get("calibration"), base_dir),
-        gate=_gate(raw.get("gate", {}), base_dir), classifier_outputs=dict(raw.get("classifier_outputs", {})))
+        gate=_gate(raw.get("gate", {}), base_dir), classifier_outputs=dict(raw.get("classifier_outputs", {})),
+        task=_task(raw.get("task"), base_dir))
 
 
 def normalize_cc(value: Any, path: Path, findings: list[Finding], text: str | None) -> str | None:
@@ -319,9 +337,11 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
     out = Converted()
     base_dir = os.path.dirname(manifest_file)
     defaults = data.get("defaults", {}) if not _invalid(bad, ("defaults",)) else None
+    model_gates: list[dict] = []  # each model's gate after defaults, as written (targets[].gate merges over it)
     for i, raw in enumerate(_section(data, "models", list)):
         if defaults is None or _invalid(bad, ("models", i)) or not isinstance(raw, dict):
             out.models.append(None)
+            model_gates.append({})
             continue
         path: Path = ("models", i)
         if "precisions" not in raw and "precisions" in defaults:
@@ -331,6 +351,7 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
             raw = {**raw, "gate": deep_merge(defaults["gate"], raw.get("gate", {}), path + ("gate",),
                                              ("defaults", "gate"), out.redirects)}
         out.models.append(_model(raw, base_dir, path, out.findings))
+        model_gates.append(raw.get("gate", {}))
     for i, raw in enumerate(_section(data, "targets", list)):
         if defaults is None or _invalid(bad, ("targets", i)) or not isinstance(raw, dict):
             out.targets.append(None)
@@ -344,7 +365,13 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
             merged = deep_merge(defaults["builder_options"], own, path + ("options",), ("defaults", "builder_options"),
                                 out.redirects)
             raw = {**raw, "options": merged}
-        out.targets.append(_target(raw, i, scalars, out.findings))
+        target = _target(raw, i, scalars, out.findings)
+        out.targets.append(target)
+        if target is not None and isinstance(raw.get("gate"), dict):
+            for model, own in zip(out.models, model_gates, strict=True):
+                if model is not None:  # the target's keys over the model's (itself over defaults'), key by key
+                    merged = deep_merge(own, raw["gate"], path + ("gate",), ("models",), {})
+                    out.cell_gates.append(((model.name, target.name), _gate(merged, base_dir)))
     if not _invalid(bad, ("matrix",)):
         out.include = [_rule(r) for r in data.get("matrix", {}).get("include", ())]
         out.exclude = [_rule(r) for r in data.get("matrix", {}).get("exclude", ())]

@@ -192,7 +192,8 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
                 include=tuple(converted.include), exclude=tuple(converted.exclude),
                 registry=cast(RegistryConfig, converted.registry), runner_pools=tuple(converted.pools),
                 salt=data.get("salt", ""),
-                transform_tools=tuple(sorted(((data.get("transforms") or {}).get("tools") or {}).items())))
+                transform_tools=tuple(sorted(((data.get("transforms") or {}).get("tools") or {}).items())),
+                cell_gates=tuple(converted.cell_gates))
             if builder_slug is not None:
                 manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
                                                            for t in manifest.targets))

@@ -84,6 +84,15 @@ def _parity_log(profile: str, verdict: ParityVerdict) -> list[str]:
                 f"{o.violations} of {o.elements} elements beyond atol {t.atol:g} + rtol {t.rtol:g}*|ref| "
                 f"(allowed fraction {t.max_violation_fraction:g}; tolerance {t.source})")
             lines.extend(f"    {r}" for r in o.reasons)
+        if not case.tensor_gated and case.outputs:
+            lines.append("  (gate.parity.tensor: false: tensor tolerances are reported, not gated)")
+        if case.task is not None:
+            task = case.task
+            metrics = ", ".join(f"{k} {_fmt(v)}" for k, v in task.metrics.items())
+            bounds = ", ".join(f"{k} {v:g}" for k, v in task.thresholds.items()) or "none"
+            lines.append(f"  task {task.kind}" + (f" on {task.output}" if task.output else "")
+                         + f": {task.status}; {metrics} (thresholds: {bounds})")
+            lines.extend(f"    {r}" for r in (*task.reasons, *task.notes))
     return lines
 
 
@@ -100,6 +109,7 @@ def step_parity(task: StepTask) -> StepOutcome:
             log(line)
         log(f"reference: the original ONNX {model.source.path} on {reference_engine.runtime} "
             f"({reference_engine.target.device}, fp32); precision judged: {engine.precision}")
+        task_metric = plugins.task(model.task.kind) if model.task is not None else None
         reference = plugins.runtime_for(reference_engine).load(Path(model.source.path), reference_engine,
                                                               RuntimeOptions(device="cpu"))
         per_profile: list[tuple[str, ParityVerdict]] = []
@@ -109,7 +119,8 @@ def step_parity(task: StepTask) -> StepOutcome:
                     profile_index=index, device="cuda" if device == "cuda" else "cpu",
                     cache_dir=payload.caches / "runtime"))
                 try:
-                    verdict = run_parity(model, session, reference, gate_cases(model, profile), engine.precision)
+                    verdict = run_parity(model, session, reference, gate_cases(model, profile), engine.precision,
+                                         task_metric)
                 finally:
                     session.close()
                 per_profile.append((profile, verdict))

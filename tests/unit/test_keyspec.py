@@ -171,6 +171,11 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
 TOLERANCE = "{atol: 0.02, rtol: 0.03, min_cosine: 0.99, max_rel_l2: 0.2, topk: 3, min_topk_agreement: 0.8}"
 PREPROCESS = ("{resize: [64, 64], mean: [0.5, 0.4, 0.3], std: [0.2, 0.25, 0.3], scale: 0.5, layout: NCHW, "
               "dtype: float32, color: BGR}")
+THRESHOLDS = ("{max_top1_disagreement: 0.05, min_top1_agreement: 0.9, min_top5_agreement: 0.8, min_accuracy: 0.7, "
+              "min_text_accuracy: 0.9, max_norm_edit_distance: 0.1, min_label_text_accuracy: 0.6, "
+              "max_label_norm_edit_distance: 0.3, min_mask_iou: 0.8, min_box_recall: 0.9, min_box_precision: 0.85}")
+TASK = ("{kind: text-detection, output: y, charset: ../data/charset.txt, blank: 0, threshold: 0.3, box_iou: 0.5, "
+        "min_box_side: 3}")
 BENCHMARK = ("{warmup: 3, iterations: 50, time_budget_s: 2.5, shapes: [opt, max], max_p95_ms: 12.5, "
              "min_throughput: 30.0, max_regression_pct: 15.0, enabled: true, blocks: 4, block_gap_s: 0.5, "
              "max_spread_pct: 20.0}")
@@ -204,6 +209,9 @@ defaults:
       tolerances: {{fp16: {TOLERANCE}}}
       per_output: {{y: {TOLERANCE}}}
       enabled: true
+      task: {THRESHOLDS}
+      task_by_precision: {{fp16: {THRESHOLDS}}}
+      tensor: true
     benchmark: {BENCHMARK}
     allow_ungated_publish: true
   runners: {{build: [self-hosted], gate: [self-hosted, gpu]}}
@@ -235,9 +243,13 @@ models:
         tolerances: {{int8: {TOLERANCE}}}
         per_output: {{y: {TOLERANCE}}}
         enabled: true
+        task: {THRESHOLDS}
+        task_by_precision: {{int8: {THRESHOLDS}}}
+        tensor: false
       benchmark: {BENCHMARK}
       allow_ungated_publish: false
     classifier_outputs: {{y: 5}}
+    task: {TASK}
   - name: cls
     version: "3"
     source: {{path: ../models/cls.onnx}}
@@ -258,6 +270,17 @@ targets:
     gpu_match: sku
     runners: {{build: [self-hosted, l4], gate: [self-hosted, l4, gpu]}}
     toolchain: {{kind: pip, cuda: "12", index_url: "https://pypi.nvidia.com/simple"}}
+    gate:
+      parity:
+        data: {{samples: 2, seed: 3}}
+        tolerances: {{fp16: {TOLERANCE}}}
+        per_output: {{y: {TOLERANCE}}}
+        enabled: true
+        task: {THRESHOLDS}
+        task_by_precision: {{fp16: {THRESHOLDS}}}
+        tensor: true
+      benchmark: {BENCHMARK}
+      allow_ungated_publish: false
     options:
       optimization_level: 4
       tiling_level: fast
@@ -328,7 +351,7 @@ targets:
   - {{name: l4, builder: tensorrt, builder_version: "10.13.3.9", compute_capability: "8.9",
       toolchain: {{kind: container, image: "nvcr.io/nvidia/tensorrt:25.10-py3"}}}}
   - {{name: rtx, builder: tensorrt-rtx, builder_version: "1.7.1.116", compute_capabilities: ["8.9", "12.0"],
-     toolchain: runner}}
+     toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS}}}}}}}}}
 """
 
 MODEL_FILES = ("../models/det.onnx", "../models/det2.onnx", "../models/cls.onnx", "../models/seg.onnx",
@@ -383,8 +406,10 @@ class Project:
         # url sources as load_project keys them: by their pin, at their content-addressed place (nothing fetched)
         manifest = sources.localize([manifest], self.root / "cache")[0]
         models = {m.source.path: sources.model_digest(m, self.digests) for m in manifest.models}
-        data = {d.path: self.digests.data_digest(d.path) for m in manifest.models
-                for d in (m.calibration, m.gate.parity.data) if d is not None and d.path is not None}
+        gates = [m.gate for m in manifest.models] + [g for _, g in manifest.cell_gates]  # targets' own too
+        data = {d.path: self.digests.data_digest(d.path)
+                for d in [m.calibration for m in manifest.models] + [g.parity.data for g in gates]
+                if d is not None and d.path is not None}
         return resolve([manifest], ResolveInputs(model_digests=models, data_digests=data), capabilities)
 
     def base(self, name: str, text: str) -> Base:
@@ -706,6 +731,7 @@ def _matches(cells: Cells, owner: Owner, occ: Occurrence, cell: Cell, after: Cel
     if owner.kind == "target" and cell.target.name != owner.name:
         return False
     key = occ.stars[-1] if occ.stars else None
+    gate = cell.gate or model.gate  # a target's own gate over the model's
     caps = capabilities(cell.target.builder, cell.target.builder_version)
     assert caps is not None
     checks = [
@@ -719,10 +745,19 @@ def _matches(cells: Cells, owner: Owner, occ: Occurrence, cell: Cell, after: Cel
         not cells.input_not_in_profile or not cell.profiles or key not in cell.profiles[0].shapes,
         cells.reads_option is None or caps.reads_options is None or cells.reads_option in caps.reads_options,
         not cells.platform_specific or caps.platform_specific,
-        not cells.gates or any(getattr(model.gate, g).enabled for g in cells.gates),
-        cells.parity_data is None or (model.gate.parity.data.path is None) == (cells.parity_data == "random"),
+        not cells.gates or any(getattr(gate, g).enabled for g in cells.gates),
+        cells.parity_data is None or (gate.parity.data.path is None) == (cells.parity_data == "random"),
     ]
     return all(checks)
+
+
+def _gate_sub(loc: tuple[str | int, ...]) -> tuple[str | int, ...] | None:
+    """The path below `gate` of a model's or the defaults' gate field (None: not a gate field of those)."""
+    if loc[:2] == ("defaults", "gate"):
+        return loc[2:]
+    if loc[0] == "models" and loc[2:3] == ("gate",):
+        return loc[3:]
+    return None
 
 
 def _expected(cells: Cells | None, owners: list[Owner], occ: Occurrence, base: Base,
@@ -730,8 +765,12 @@ def _expected(cells: Cells | None, owners: list[Owner], occ: Occurrence, base: B
     if cells is None:
         return set()
     models = {m.name: m for m in base.manifest.models}
-    return {k for k, c in base.cells.items()
-            if any(_matches(cells, o, occ, c, after.get(k), models[c.model]) for o in owners)}
+    sub = _gate_sub(occ.loc)
+    # a target's own `gate:` overrides the model's and the defaults' for that target's cells, key by key
+    overridden = set() if sub is None else {t["name"] for t in base.data["targets"]
+                                            if "gate" in t and not _inherits(t["gate"], sub)}
+    return {k for k, c in base.cells.items() if c.target.name not in overridden
+            and any(_matches(cells, o, occ, c, after.get(k), models[c.model]) for o in owners)}
 
 
 def _diff(moved: set[CellId], want: set[CellId]) -> str:
