@@ -109,6 +109,7 @@ def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:
             "shapes": list(settings.shapes), "blocks": schedule.blocks, "block_gap_s": schedule.gap_s,
             "max_spread_pct": schedule.max_spread_pct, "max_p95_ms": settings.max_p95_ms,
             "min_throughput": settings.min_throughput, "max_regression_pct": settings.max_regression_pct,
+            "max_p99_p50_ratio": settings.max_p99_p50_ratio, "max_cv_pct": settings.max_cv_pct,
             "baseline": ("the last published verdict at this address on the same GPU model"
                          if settings.max_regression_pct is not None else None),
             "model": _model_inputs(model)}

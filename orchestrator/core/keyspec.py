@@ -254,6 +254,8 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.benchmark.blocks": _benchmark("blocks", "how the series is split in time"),
     "models[].gate.benchmark.block_gap_s": _benchmark("block_gap_s", "the pause between rounds of blocks"),
     "models[].gate.benchmark.max_spread_pct": _benchmark("max_spread_pct", "the spread past which it is noisy"),
+    "models[].gate.benchmark.max_p99_p50_ratio": _benchmark("max_p99_p50_ratio", "a stability threshold (tail)"),
+    "models[].gate.benchmark.max_cv_pct": _benchmark("max_cv_pct", "a stability threshold (variation)"),
     "models[].gate.allow_ungated_publish": _none(
         "a publishing policy, recorded in the published metadata: it decides whether an unpassed verdict may be "
         "published, not what the verdict is"),

@@ -132,6 +132,9 @@ class BenchmarkGate:
     blocks: int | None = None
     block_gap_s: float | None = None
     max_spread_pct: float | None = None
+    # stability of the gated shape's timed latencies: p99 / p50, and the coefficient of variation (stdev / mean, %)
+    max_p99_p50_ratio: float | None = None
+    max_cv_pct: float | None = None
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,18 @@ def _checks(settings: BenchmarkGate, gated_shape: ShapeBenchmark | None, shapes:
             checks.append((label, "max_p95_ms", lambda st: (
                 f"{label}: {which} p95 {st.p95_ms:.3f} ms > max_p95_ms {limit_p95:g} ms"
                 if st.p95_ms > limit_p95 else None)))
+        ratio = settings.max_p99_p50_ratio
+        if ratio is not None:
+            checks.append((label, "max_p99_p50_ratio", lambda st: (
+                f"{label}: {which} p99/p50 {st.p99_ms / st.p50_ms:.2f} (p99 {st.p99_ms:.3f} ms, p50 "
+                f"{st.p50_ms:.3f} ms) > max_p99_p50_ratio {ratio:g}"
+                if st.p50_ms > 0 and st.p99_ms / st.p50_ms > ratio else None)))
+        cv = settings.max_cv_pct
+        if cv is not None:
+            checks.append((label, "max_cv_pct", lambda st: (
+                f"{label}: {which} latency varies {st.stdev_ms / st.mean_ms * 100:.1f}% (stdev {st.stdev_ms:.3f} ms "
+                f"/ mean {st.mean_ms:.3f} ms) > max_cv_pct {cv:g}%"
+                if st.mean_ms > 0 and st.stdev_ms / st.mean_ms * 100 > cv else None)))
         limit_tp = settings.min_throughput
         if limit_tp is not None:
             checks.append((label, "min_throughput", lambda st: (
@@ -245,6 +257,7 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
             notes.append(f"{s.label}: the blocks' p50 spread {s.gated.spread_pct:.1f}% exceeds max_spread_pct "
                          f"{schedule.max_spread_pct:g}% ({verdict_note})")
     thresholds = {"max_p95_ms": settings.max_p95_ms, "min_throughput": settings.min_throughput,
+                  "max_p99_p50_ratio": settings.max_p99_p50_ratio, "max_cv_pct": settings.max_cv_pct,
                   "max_regression_pct": settings.max_regression_pct, "gated_shape":
                   gated_shape.label if gated_shape else None,
                   "gated_series": ("end_to_end" if gated_shape and gated_shape.end_to_end else "compute"),

@@ -120,7 +120,8 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             max_p95_ms=bench.get("max_p95_ms"), min_throughput=bench.get("min_throughput"),
             max_regression_pct=bench.get("max_regression_pct"), enabled=bench.get("enabled", True),
             blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
-            max_spread_pct=bench.get("max_spread_pct")),
+            max_spread_pct=bench.get("max_spread_pct"), max_p99_p50_ratio=bench.get("max_p99_p50_ratio"),
+            max_cv_pct=bench.get("max_cv_pct")),
         allow_ungated_publish=raw.get("allow_ungated_publish", False))
 
 

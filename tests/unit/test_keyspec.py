@@ -178,7 +178,7 @@ TASK = ("{kind: text-detection, output: y, charset: ../data/charset.txt, blank: 
         "min_box_side: 3}")
 BENCHMARK = ("{warmup: 3, iterations: 50, time_budget_s: 2.5, shapes: [opt, max], max_p95_ms: 12.5, "
              "min_throughput: 30.0, max_regression_pct: 15.0, enabled: true, blocks: 4, block_gap_s: 0.5, "
-             "max_spread_pct: 20.0}")
+             "max_spread_pct: 20.0, max_p99_p50_ratio: 3.0, max_cv_pct: 40.0}")
 
 # Every field of the schema is set somewhere below: in its own entry (models/targets) and as a default some model or
 # target takes. det: dynamic, two profile sets, a static second input, every precision form; cls: static, takes the

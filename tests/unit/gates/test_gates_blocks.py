@@ -171,3 +171,24 @@ def test_an_engine_that_fails_in_a_later_block_fails_the_gate():
     assert verdict.status == "failed"
     assert verdict.reasons == ("opt: engine failed while benchmarking: RuntimeError: CUDA error: an illegal "
                                "memory access",)
+
+
+TAILED = [1.0, 1.0, 1.0, 1.0, 5.0]  # every block: four calm runs and one stall
+JITTERY = [0.5, 1.5, 0.5, 1.5, 1.0]
+
+
+@pytest.mark.parametrize("series, settings, reason", [
+    ([CALM] * 5, {"max_p99_p50_ratio": 1.5, "max_cv_pct": 5.0}, None),
+    ([TAILED] * 5, {"max_p99_p50_ratio": 1.5}, "opt: end-to-end p99/p50 4.84 (p99 4.840 ms, p50 1.000 ms) > "
+                                               "max_p99_p50_ratio 1.5"),
+    ([JITTERY] * 5, {"max_cv_pct": 20.0}, "opt: end-to-end latency varies 45.6% (stdev 0.456 ms / mean 1.000 ms) "
+                                          "> max_cv_pct 20%"),
+    ([TAILED] * 5, {"max_p95_ms": 10.0}, None),  # the same stalls pass a latency budget alone
+])
+def test_stability_thresholds_judge_the_tail_and_the_variation(series, settings, reason):
+    """Latency spread (issue 15): p99/p50 and the coefficient of variation of the gated shape's timed runs."""
+    verdict, _ = bench(series, **settings)
+    assert verdict.reasons == ((reason,) if reason else ()), verdict.reasons
+    assert verdict.status == ("failed" if reason else "passed")
+    for name in ("max_p99_p50_ratio", "max_cv_pct"):
+        assert verdict.thresholds[name] == settings.get(name)
