@@ -108,13 +108,13 @@ def runs_on(labels: Sequence[str]) -> list[str]:
     return list(_matrix_namespace()["runs_on"](labels))
 
 
-def _check_text(what: str, value: str) -> None:
+def check_text(what: str, value: str) -> None:
     if "${{" in value or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
         raise CIError(f"{what} {value!r} contains '${{{{' or a control character",
                       hint="GitHub would evaluate or split it; use a plain value")
 
 
-def _check_manifest_path(path: str) -> str:
+def check_manifest_path(path: str) -> str:
     pure = PurePosixPath(path)
     if (not _SAFE_PATH.fullmatch(path) or pure.is_absolute() or ".." in pure.parts
             or str(pure) != path):
@@ -209,9 +209,9 @@ class GitHubEmitter:
         the manifests; the real matrix is computed at run time from the plan the workflow itself makes."""
         if not manifests:
             raise CIError("no manifests given", hint="pass the manifest files the workflow should plan")
-        paths = sorted({_check_manifest_path(p) for p in manifests})
-        _check_manifest_path(workflow_path)
-        _check_text("tool spec", tool_spec)
+        paths = sorted({check_manifest_path(p) for p in manifests})
+        check_manifest_path(workflow_path)
+        check_text("tool spec", tool_spec)
         if not tool_spec.strip():
             raise CIError("empty tool spec", hint="pass a pip requirement, e.g. trt-orchestrator==0.1.0")
         if not _SAFE_PYTHON.fullmatch(python):
@@ -225,7 +225,7 @@ class GitHubEmitter:
         regenerate = regenerate_command(paths, tool_spec=tool_spec, python=python,
                                         workflow_path=output_path or workflow_path,
                                         pr_build_label=pr_build_label, refs=action_refs_mode)
-        _check_text("regenerate command", regenerate)
+        check_text("regenerate command", regenerate)
 
         read_login, write_login = registry_logins(registry)
         matrix = _matrix_namespace()

@@ -36,7 +36,7 @@ from orchestrator.core.model import RegistryConfig
 from orchestrator.core.plan import Plan, Shard
 from orchestrator.core.toolchain import IMAGE_RE, INDEX_URL_RE, REQUIREMENT_RE, ResolvedToolchain
 from orchestrator.errors import CIError
-from trt_orchestrator_plugins.ci.github import _check_manifest_path, _check_text, runs_on
+from trt_orchestrator_plugins.ci.github import check_manifest_path, check_text, runs_on
 
 PIPELINE_PATH = ".gitlab-ci.yml"
 CHILD_PATH = "child-pipeline.yml"
@@ -128,7 +128,7 @@ def _check_shard(shard: Shard) -> None:
 
 
 def _check_options(tool_spec: str, image: str) -> None:
-    _check_text("tool spec", tool_spec)
+    check_text("tool spec", tool_spec)
     if not tool_spec.strip():
         raise CIError("empty tool spec", hint="pass a pip requirement, e.g. trt-orchestrator==0.1.0")
     _check_image("image", image)
@@ -203,7 +203,7 @@ def child_command(*, plan_path: str, output_path: str, tool_spec: str, image: st
 
 def _comment(lines: Sequence[str]) -> str:
     for line in lines:
-        _check_text("header line", line)  # a newline would end the comment
+        check_text("header line", line)  # a newline would end the comment
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
@@ -347,8 +347,8 @@ def render_parent(plan: Plan, manifests: Sequence[str], *, tool_spec: str, pytho
                   output_path: str, registry: RegistryConfig | None) -> str:
     if not manifests:
         raise CIError("no manifests given", hint="pass the manifest files the pipeline should plan")
-    paths = sorted({_check_manifest_path(p) for p in manifests})
-    _check_manifest_path(output_path)
+    paths = sorted({check_manifest_path(p) for p in manifests})
+    check_manifest_path(output_path)
     if not _SAFE_PYTHON.fullmatch(python):
         raise CIError(f"python version {python!r} is not a plain version", hint="e.g. 3.11")
     job_image = image if image is not None else f"python:{python}-slim"

@@ -12,6 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / ".cache" / "models"
+# real pictures from the scikit-image wheel (scripts/fetch_images.py, each pinned by sha256)
+IMAGES = REPO / ".cache" / "images" / "skimage"
+PICTURES = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "text.png"]
 
 
 def demo_models_present() -> bool:
@@ -64,3 +67,11 @@ def demo_build(tmp_path_factory, demo_models):
     cache = root / "cache"
     summary, _ = run_json("build", str(manifest), cache=cache)
     return manifest, cache, summary
+
+
+@pytest.fixture(scope="module")
+def pictures(demo_models) -> Path:
+    """The fetched picture folder (fetched here if a test runs before scripts/test.sh fetched it)."""
+    if not all((IMAGES / p).is_file() for p in PICTURES):
+        subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_images.py")], check=True)
+    return IMAGES

