@@ -28,7 +28,7 @@ from orchestrator.errors import InvalidMetadataError
 
 __all__ = ["ENGINE_MEDIA_TYPE", "METADATA_MEDIA_TYPE", "ONNX_ENGINE_MEDIA_TYPE", "EngineFile", "GateSummary",
            "InvalidMetadataError", "build_metadata", "engine_file", "index_entry", "new_metadata",
-           "provenance_statement", "utc_now", "validate_metadata"]
+           "model_io", "provenance_statement", "utc_now", "validate_metadata"]
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -38,6 +38,25 @@ def engine_file(path: str | Path, *, media_type: str = ENGINE_MEDIA_TYPE) -> Eng
     """The engine's content descriptor, hashed with the one file hasher (``orchestrator.digests``)."""
     digest, _ = hash_file(str(path))
     return EngineFile(digest, Path(path).stat().st_size, Path(path).name, media_type)
+
+
+def model_io(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The graph inputs (initializers excluded) and outputs of an ONNX file: name, numpy dtype name, shape with -1
+    for a dim that is not a fixed number (``build_metadata``'s ``io``). Weights are not loaded."""
+    import onnx  # edge dependency; only the build step reads a model's I/O
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    weights = {init.name for init in graph.initializer}
+
+    def tensor(value: Any) -> dict[str, Any]:
+        kind = value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(kind.elem_type).name if kind.elem_type else "undefined"
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in kind.shape.dim]
+        return {"name": value.name, "dtype": dtype, "shape": dims}
+
+    return {"inputs": [tensor(v) for v in graph.input if v.name not in weights],
+            "outputs": [tensor(v) for v in graph.output]}
 
 
 def new_metadata(**fields: Any) -> dict[str, Any]:

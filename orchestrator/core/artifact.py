@@ -302,13 +302,16 @@ def build_metadata(
     builder_id: str | None = None,
     platform_specific: bool = True,
     caches: Mapping[str, Any] | None = None,
+    io: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The metadata dict for one engine (the one constructor; ``orchestrator.metadata.new_metadata`` fills the
     clock and invocation id and validates it against the schema).
 
     ``builder_version`` is the exact version really used (``BuildResult.builder_version``), which may be more
     precise than the target's. ``runtime`` is the runtime plugin that runs the engine (the builder declares it).
-    ``timings`` must contain ``build_seconds``.
+    ``timings`` must contain ``build_seconds``. ``io``: the engine's input and output tensors as the ONNX it was
+    built from declares them (``{"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}``, a dim that is not a
+    fixed number is -1), what a deployment needs to call the engine without opening it (``export triton``).
     """
     builder_id = builder_id or f"https://trt-orchestrator.dev/builders/{target.builder}@{builder_version}"
     target_json = EngineTarget.of(target, platform_specific=platform_specific,
@@ -330,6 +333,7 @@ def build_metadata(
         "runner": runner.to_json(),
         "gates": gates.to_json(),
         "caches": _plain(dict(caches or {})),
+        **({"io": _plain(dict(io))} if io else {}),
         "timings": {k: float(v) for k, v in timings.items()},
         "manifest": {"path": manifest_path, "git_commit": git_commit},
         "created_at": created_at,

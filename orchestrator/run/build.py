@@ -19,6 +19,7 @@ from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.digests import hash_file
 from orchestrator.errors import BuildError
+from orchestrator.metadata import model_io
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
 from orchestrator.run.prepare import calibration_cache_of
 
@@ -62,7 +63,7 @@ def _fetch_published(task: StepTask, payload: BuildPayload) -> StepOutcome:
         "builder": meta["builder"]["name"], "builder_version": meta["builder"]["version"],
         "build_seconds": float((meta.get("timings") or {}).get("build_seconds", 0.0)), "log": None,
         "layer_info": None, "metadata": {}, "runner": meta.get("runner") or {}, "calibration": None,
-        "timing_cache": None, "from_store": {"digest": stored.digest, "location": stored.location,
+        "timing_cache": None, "io": meta.get("io"), "from_store": {"digest": stored.digest, "location": stored.location,
                                               "caches": meta.get("caches") or {}}})
 
 
@@ -138,5 +139,6 @@ def step_build(task: StepTask) -> StepOutcome:
         "runner": payload.fingerprint.to_json(),
         "calibration": calibration,
         "timing_cache": timing,
+        "io": model_io(onnx_path),
     })
 

@@ -144,7 +144,7 @@ def step_publish(task: StepTask) -> StepOutcome:
                           key=cell.gate_key, key_inputs=cell.gate_inputs),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
-        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches)
+        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"))
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
     stored = plugins.open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log,
                                                                     extra=extras, attachments=attachments))

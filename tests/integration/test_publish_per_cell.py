@@ -94,6 +94,14 @@ def test_a_failed_gate_holds_back_only_its_cells(built):
     stored = _stored(server.host, "gatefail", work)
     assert set(stored) == addresses - held  # every other cell is in the registry
     assert "publish FAILED: 15 published, 3 held back" in proc.stdout
+    # each record carries the engine's I/O as its ONNX declares it (what `export triton` writes config.pbtxt from)
+    record, _ = run_json("show", "ocr-rec/fp32/default@cpu+ort1.31", "--registry", f"oci://{server.host}/gatefail",
+                         cache=work / "ls-cache", cwd=work)
+    assert record["io"] == {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 3, -1, -1]}],
+                            "outputs": [{"name": "softmax_11.tmp_0", "dtype": "float32", "shape": [-1, -1, 6625]}]}
+    record, _ = run_json("show", "ocr-det/fp16/default@sm86+rtx1.7", "--registry", f"oci://{server.host}/gatefail",
+                         cache=work / "ls-cache", cwd=work)
+    assert [t["name"] for t in record["io"]["inputs"]] == ["x"] and record["io"]["outputs"][0]["shape"][:2] == [-1, 1]
     line = next(x for x in proc.stderr.splitlines() if x.startswith(f"held back {FAILING} — "))
     assert line.startswith(f"held back {FAILING} — gate failed: parity: min/fetch_name_0: ") and \
         "violate |a-b| <= 0 + 0*|b|" in line
