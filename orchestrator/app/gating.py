@@ -3,7 +3,7 @@ steps import the numeric gate code, numpy included, which `plan` and `build` nev
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator import plugins
@@ -18,11 +18,14 @@ from orchestrator.app.pipeline import (
 )
 from orchestrator.app.project import Project
 from orchestrator.app.sources import FetchProgress
+from orchestrator.contracts.store import AttachmentReader, StoredArtifact
 from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
 from orchestrator.core.plan import Plan
 from orchestrator.core.query import select
+from orchestrator.core.versions import parse_version, same_version
+from orchestrator.gates.drift import OUTPUTS_FILE
 from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome
 from orchestrator.run.gate import GatePayload, step_benchmark, step_parity
 
@@ -61,6 +64,68 @@ def _baseline(project: Project, cell: Cell, model: Model, fingerprint: RunnerFin
     return None
 
 
+def _timed_on(artifact: StoredArtifact, cell: Cell) -> str | None:
+    """The GPU model a record's benchmark verdict was timed on (None: a CPU engine or no GPU named)."""
+    bench = (artifact.metadata.get("gates") or {}).get("benchmark") or {}
+    facts = bench.get("runner")
+    if isinstance(facts, dict):
+        gpu = facts.get("gpu")
+        return str(gpu) if gpu is not None else None
+    if cell.target.device == "cpu":
+        return None
+    gpus = (artifact.metadata.get("runner") or {}).get("gpus") or []
+    return gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+
+
+def _drift_candidate(meta: dict[str, Any], cell: Cell, model: Model) -> bool:
+    """Same model version, precision, profile set, device, compute capabilities and runtime; an earlier builder
+    version (``core.gatekeys.DRIFT_BASELINE_RULE``)."""
+    target = meta.get("target") or {}
+    theirs = parse_version(str((meta.get("builder") or {}).get("version") or ""))
+    ours = parse_version(cell.target.builder_version)
+    return (meta.get("model", {}).get("version") == model.version and meta.get("precision") == cell.precision.name
+            and meta.get("profile_set") == cell.profile_set
+            and target.get("device", "cuda") == cell.target.device
+            and sorted(target.get("compute_capabilities") or []) == sorted(cell.target.compute_capabilities)
+            and (meta.get("runtime") or plugins.runtime_name_of(str(meta["builder"]["name"]))) == runtime_of(cell)
+            and bool(theirs) and not same_version(theirs, ours) and theirs < ours)
+
+
+def drift_baseline(project: Project, cell: Cell, model: Model, fingerprint: RunnerFingerprint,
+                   *, fetch: bool = True, records: Callable[[str], list[StoredArtifact]] | None = None
+                   ) -> dict[str, Any] | None:
+    """The cell's drift baseline (docs/gates.md, "Drift"): the newest published engine of an earlier builder version
+    of the same model version, precision, profile set, device, CCs and runtime — its identity, its recorded outputs
+    (fetched into the workspace cache when ``fetch``) and its benchmark verdict when it was timed on this runner's
+    GPU model. None: drift off, or no such record."""
+    if not model.gate.drift.enabled:
+        return None
+    store = plugins.open_store(project.registry)
+    found = [a for a in (records or store.records)(cell.model) if _drift_candidate(a.metadata, cell, model)]
+    if not found:
+        return None
+    best = max(found, key=lambda a: (parse_version(str(a.metadata["builder"]["version"])),
+                                     str(a.metadata.get("published_at") or "")))
+    meta = best.metadata
+    record = {"address": meta["address"], "builder": meta["builder"]["name"],
+              "builder_version": meta["builder"]["version"], "engine_digest": meta["engine"]["digest"],
+              "record_key": meta.get("record_key") or meta["build_key"]}
+    attachment = next((a for a in meta.get("attachments") or () if a.get("name") == OUTPUTS_FILE), None)
+    outputs = None
+    if attachment is not None and fetch and isinstance(store, AttachmentReader):
+        dest = project.workspace.caches / "drift" / f"{str(attachment['digest']).partition(':')[2]}.npz"
+        if not dest.is_file():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            store.get_attachment(best, OUTPUTS_FILE, dest)
+        outputs = str(dest)
+    here = runner_facts("gate:benchmark", cell, fingerprint).get("gpu")
+    timed_on = _timed_on(best, cell)
+    bench = (meta.get("gates") or {}).get("benchmark") or {}
+    same_gpu = timed_on == here or (here is not None and same_gpu_model(timed_on, here))
+    return {"record": record, "outputs": outputs if attachment is not None else None,
+            "benchmark": bench.get("verdict") if same_gpu and bench.get("verdict") else None}
+
+
 def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
          jobs: int | None = None, fingerprint: RunnerFingerprint | None = None, on_event: EventFn | None = None,
          in_process: bool = False, on_fetch: FetchProgress | None = None) -> RunSummary:
@@ -69,9 +134,20 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
     selected = set(_gate_nodes(project, cells))
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
+    published: dict[str, list[StoredArtifact]] = {}
+
+    def records(model: str) -> list[StoredArtifact]:  # one registry read per model for this run
+        if model not in published:
+            published[model] = plugins.open_store(project.registry).records(model)
+        return published[model]
 
     def facts(node: Node) -> dict[str, Any]:
-        return runner_facts(node.kind, project.graph.cell(str(node.address)), runner)
+        cell = project.graph.cell(str(node.address))
+        out = runner_facts(node.kind, cell, runner)
+        # a verdict judged against one drift baseline is not reused once another is the newest (or the first)
+        base = drift_baseline(project, cell, project.model_of(cell), runner, fetch=False, records=records)
+        out["drift_baseline"] = base["record"]["record_key"] if base else None
+        return out
 
     def reuse(node: Node, result: dict[str, Any]) -> bool:
         # a verdict is reused only from this runtime (and reference) version, and for a benchmark this GPU model
@@ -85,7 +161,8 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
         model = project.model_of(cell)
         baseline = _baseline(project, cell, model, runner) if node.kind == "gate:benchmark" else None
         return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
-                           baseline=baseline, runner=facts(node)), None
+                           baseline=baseline, runner=facts(node),
+                           drift=drift_baseline(project, cell, model, runner, records=records)), None
 
     def needs_gpu(node: Node) -> bool:
         return project.graph.cell(str(node.address)).target.device != "cpu"

@@ -176,6 +176,11 @@ def report_cells(project: Project) -> list[Report]:
             entry["parity"], entry["reasons"] = _parity_view(parity)
         if bench:
             entry["benchmark"] = bench["verdict"]
+        drift = {"outputs": (parity or {}).get("drift"), "latency": (bench or {}).get("drift")}
+        if any(drift.values()):
+            entry["drift"] = drift
+            entry["reasons"] = [*entry["reasons"], *(f"drift: {r}" for side in drift.values() if side
+                                                      for r in side.get("reasons", ()))]
         gates = project.model_of(cell).gate
         status: str = gate_status(parity["status"] if parity else None, bench["status"] if bench else None,
                                   (gates.parity.enabled, gates.benchmark.enabled))

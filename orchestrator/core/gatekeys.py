@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchestrator.core.keys import digest_of
-from orchestrator.core.model import BenchmarkGate, DataSource, Model, PrecisionSpec, Target
+from orchestrator.core.model import BenchmarkGate, DataSource, DriftGate, Model, PrecisionSpec, Target
 from orchestrator.core.tolerances import resolve_tolerance
 
 GATE_KEY_SCHEMA_VERSION = 1
@@ -84,7 +84,24 @@ def parity_inputs(model: Model, spec: PrecisionSpec, data_digest: str | None) ->
                   "per_output": {o: resolve_tolerance(parity, spec.name, o).to_json() for o in outputs}}
     return {"data": data_inputs(parity.data, data_digest), "tolerances": tolerances,
             "classifier_outputs": dict(sorted(model.classifier_outputs.items())), "model": _model_inputs(model),
-            "task": task_inputs(model, spec)}
+            "task": task_inputs(model, spec), "drift": drift_inputs(model.gate.drift, "parity")}
+
+
+# the file a parity gate records its engine's outputs in (``gates.drift``), published with the engine
+DRIFT_OUTPUTS_FILE = "outputs.npz"
+DRIFT_BASELINE_RULE = ("the newest published engine of the same model version, precision, profile set, device and "
+                       "compute capabilities and runtime, built by an earlier builder version")
+
+
+def drift_inputs(drift: DriftGate, kind: str) -> dict[str, Any] | None:
+    """What a gate node judges drift with (None: drift off). Parity: output and task thresholds; benchmark: the
+    latency threshold. Which record is the baseline is a gate-runner fact checked when a verdict is reused."""
+    if not drift.enabled:
+        return None
+    if kind == "parity":
+        return {"min_cosine": drift.min_cosine, "max_rel_l2": drift.max_rel_l2, "max_abs_error": drift.max_abs_error,
+                "task": dict(sorted(drift.task.items())), "baseline": DRIFT_BASELINE_RULE}
+    return {"max_latency_regression_pct": drift.max_latency_regression_pct, "baseline": DRIFT_BASELINE_RULE}
 
 
 def task_inputs(model: Model, spec: PrecisionSpec) -> dict[str, Any] | None:
@@ -112,7 +129,7 @@ def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:
             "max_p99_p50_ratio": settings.max_p99_p50_ratio, "max_cv_pct": settings.max_cv_pct,
             "baseline": ("the last published verdict at this address on the same GPU model"
                          if settings.max_regression_pct is not None else None),
-            "model": _model_inputs(model)}
+            "model": _model_inputs(model), "drift": drift_inputs(model.gate.drift, "benchmark")}
 
 
 def runtime_part(target: Target) -> dict[str, Any]:

@@ -256,6 +256,18 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.benchmark.max_spread_pct": _benchmark("max_spread_pct", "the spread past which it is noisy"),
     "models[].gate.benchmark.max_p99_p50_ratio": _benchmark("max_p99_p50_ratio", "a stability threshold (tail)"),
     "models[].gate.benchmark.max_cv_pct": _benchmark("max_cv_pct", "a stability threshold (variation)"),
+    "models[].gate.drift.enabled": _gate(
+        "whether engines are compared with the previous builder version's (gate_inputs.parity.drift and "
+        "gate_inputs.benchmark.drift: None when off)", Cells("every cell of the model, while a gate is enabled",
+                                                            gates=_GATES)),
+    **{f"models[].gate.drift.{f}": _gate(f"a drift threshold of the outputs (gate_inputs.parity.drift.{f})",
+                                         _PARITY_CELLS)
+       for f in ("min_cosine", "max_rel_l2", "max_abs_error")},
+    "models[].gate.drift.max_latency_regression_pct": _benchmark(
+        "drift.max_latency_regression_pct", "the latency drift threshold against the drift baseline"),
+    **{f"models[].gate.drift.task.{name}": _gate(
+        f"the task drift threshold {name} (gate_inputs.parity.drift.task)", _PARITY_CELLS)
+       for name in _TASK_THRESHOLDS},
     "models[].gate.allow_ungated_publish": _none(
         "a publishing policy, recorded in the published metadata: it decides whether an unpassed verdict may be "
         "published, not what the verdict is"),

@@ -138,9 +138,27 @@ class BenchmarkGate:
 
 
 @dataclass(frozen=True)
+class DriftGate:
+    """``gate.drift``: each cell against its *drift baseline*, the newest published engine of the same model version,
+    precision, profile set, device and compute capabilities, run by the same runtime, built by an earlier builder
+    version (TensorRT 10.13 -> 11.x, onnxruntime 1.22 -> 1.31): the engine's outputs against the baseline's recorded
+    outputs on the same inputs (tensor and task metrics) and its latency against the baseline's benchmark on the same
+    GPU model. Without thresholds the comparison is reported, not gated (docs/gates.md, "Drift")."""
+
+    enabled: bool = True
+    max_latency_regression_pct: float | None = None
+    min_cosine: float | None = None
+    max_rel_l2: float | None = None
+    max_abs_error: float | None = None
+    # task metrics of this engine's post-processed outputs against the baseline's (``min_<metric>``/``max_<metric>``)
+    task: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class GateSettings:
     parity: ParityGate = field(default_factory=ParityGate)
     benchmark: BenchmarkGate = field(default_factory=BenchmarkGate)
+    drift: DriftGate = field(default_factory=DriftGate)
     # Publishing an engine whose gates did not pass (or are pending) must be allowed explicitly; recorded.
     allow_ungated_publish: bool = False
 

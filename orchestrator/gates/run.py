@@ -39,20 +39,25 @@ from orchestrator.gates.task import check_task_settings, evaluate_task
 from orchestrator.gates.tolerances import resolve_tolerance
 from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
 
+# (case label, its samples, the engine's outputs of each): how a caller keeps a case's outputs (drift records)
+OutputSink = Callable[[str, Sequence[Mapping[str, np.ndarray]], Sequence[Mapping[str, np.ndarray]]], None]
+
 
 def run_parity(model: Model, engine_session: Session, reference_session: Session, inputs: Sequence[InputCase],
-               precision: str, task: TaskMetric | None = None) -> ParityVerdict:
+               precision: str, task: TaskMetric | None = None, sink: OutputSink | None = None) -> ParityVerdict:
     """Run every case through both sessions and judge each reference output with its resolved tolerance, and the
-    model's task metric (``task``: its plugin, given when the model declares one) with its thresholds."""
+    model's task metric (``task``: its plugin, given when the model declares one) with its thresholds. ``sink``
+    receives each case's samples and engine outputs when the engine ran them all."""
     thresholds = model.gate.parity.task_thresholds(precision)
     check_task_settings(model, task, thresholds)
-    cases = [_parity_case(model, engine_session, reference_session, case, precision, task, thresholds)
+    cases = [_parity_case(model, engine_session, reference_session, case, precision, task, thresholds, sink)
              for case in inputs]
     return ParityVerdict(precision=precision, cases=tuple(cases))
 
 
 def _parity_case(model: Model, engine: Session, reference: Session, case: InputCase, precision: str,
-                 task: TaskMetric | None = None, thresholds: Mapping[str, float] | None = None) -> CaseVerdict:
+                 task: TaskMetric | None = None, thresholds: Mapping[str, float] | None = None,
+                 sink: OutputSink | None = None) -> CaseVerdict:
     ref_outputs: list[dict[str, np.ndarray]] = []
     eng_outputs: list[dict[str, np.ndarray]] = []
     reasons: list[str] = []
@@ -67,6 +72,8 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
         except Exception as e:  # the engine is judged: failing inside its profile fails the gate
             reasons.append(f"engine run failed on sample {n}: {type(e).__name__}: {e}")
             return CaseVerdict(case.label, case.shapes, len(case.samples), (), tuple(reasons))
+    if sink is not None:
+        sink(case.label, case.samples, eng_outputs)
     outputs: list[OutputVerdict] = []
     for name in reference.output_names:
         missing = [i for i, out in enumerate(eng_outputs) if name not in out]

@@ -23,6 +23,7 @@ from orchestrator.core.model import (
     BuilderOptions,
     DataSource,
     DimConstraint,
+    DriftGate,
     GateSettings,
     InputSpec,
     MatrixRule,
@@ -122,7 +123,15 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
             max_spread_pct=bench.get("max_spread_pct"), max_p99_p50_ratio=bench.get("max_p99_p50_ratio"),
             max_cv_pct=bench.get("max_cv_pct")),
+        drift=_drift(raw.get("drift", {})),
         allow_ungated_publish=raw.get("allow_ungated_publish", False))
+
+
+def _drift(raw: dict) -> DriftGate:
+    return DriftGate(enabled=raw.get("enabled", True), max_latency_regression_pct=raw.get("max_latency_regression_pct"),
+                     min_cosine=raw.get("min_cosine"), max_rel_l2=raw.get("max_rel_l2"),
+                     max_abs_error=raw.get("max_abs_error"),
+                     task={k: float(v) for k, v in raw.get("task", {}).items()})
 
 
 def _task(raw: dict | None, base_dir: str) -> TaskSpec | None:

@@ -22,6 +22,7 @@ from orchestrator.contracts.runtime import RuntimeOptions
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model
+from orchestrator.gates.drift import OUTPUTS_FILE, OutputRecorder, drift_case, judge_drift, latency_drift, load_outputs
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
 from orchestrator.gates.run import BlockSchedule, run_benchmark, run_parity
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict
@@ -36,6 +37,9 @@ class GatePayload:
     runtime: str  # the runtime plugin that runs this cell's engines
     baseline: dict[str, Any] | None = None  # benchmark: the last published verdict at this address
     runner: dict[str, Any] | None = None  # the gate runner's facts the verdict depends on (app.gating.runner_facts)
+    # the drift baseline (app.gating.drift_baseline): {"record": {address, builder_version, ...}, "outputs": path of
+    # its recorded outputs or None, "benchmark": its benchmark verdict on this GPU model or None}; None: none
+    drift: dict[str, Any] | None = None
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
@@ -66,8 +70,8 @@ def _engine_lines(kind: str, engine_path: Path, engine: EngineDescriptor, device
             f"{engine.builder_version}, run by {engine.runtime} on {device}"]
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+def _fmt(value: float | str | None) -> str:
+    return "-" if value is None else value if isinstance(value, str) else f"{value:.4g}"
 
 
 def _parity_log(profile: str, verdict: ParityVerdict) -> list[str]:
@@ -113,14 +117,22 @@ def step_parity(task: StepTask) -> StepOutcome:
         reference = plugins.runtime_for(reference_engine).load(Path(model.source.path), reference_engine,
                                                               RuntimeOptions(device="cpu"))
         per_profile: list[tuple[str, ParityVerdict]] = []
+        recorder = OutputRecorder()
         try:
             for index, profile in enumerate(_profile_names(payload.cell)):
                 session = runtime.load(engine_path, engine, RuntimeOptions(
                     profile_index=index, device="cuda" if device == "cuda" else "cpu",
                     cache_dir=payload.caches / "runtime"))
+                cases = gate_cases(model, profile)
+                kept = drift_case([c.label for c in cases]) if model.gate.drift.enabled else None
+
+                def sink(label: str, samples: Any, outputs: Any, profile: str = profile,
+                         kept: str | None = kept) -> None:
+                    if label == kept:
+                        recorder.keep(profile, label, samples, outputs)
+
                 try:
-                    verdict = run_parity(model, session, reference, gate_cases(model, profile), engine.precision,
-                                         task_metric)
+                    verdict = run_parity(model, session, reference, cases, engine.precision, task_metric, sink)
                 finally:
                     session.close()
                 per_profile.append((profile, verdict))
@@ -131,15 +143,77 @@ def step_parity(task: StepTask) -> StepOutcome:
         status = "passed" if all(v.passed for _, v in per_profile) else "failed"
         several = len(per_profile) > 1
         reasons = [f"{name}: {r}" if several else r for name, v in per_profile for r in v.reasons]
+        files = ["parity.json"]
+        if model.gate.drift.enabled and recorder.write(task.out_dir / OUTPUTS_FILE):
+            files.append(OUTPUTS_FILE)  # the next builder version's drift baseline
+        drift = _parity_drift(payload, model, recorder, task_metric)
+        if drift is not None:
+            for line in _drift_log(drift):
+                log(line)
+            if drift.get("status") == "failed":
+                status = "failed"
+                reasons += [f"drift: {r}" for r in drift["reasons"]]
         log(f"verdict: {status}" + "".join(f"\n  {r}" for r in reasons))
     report = {"kind": "parity", "address": engine.address, "engine_digest": engine.digest, "status": status,
               "gate_key": task.node.key, "runner": payload.runner,
-              "profiles": {name: verdict.to_json() for name, verdict in per_profile}}
+              "profiles": {name: verdict.to_json() for name, verdict in per_profile}, "drift": drift}
     (task.out_dir / "parity.json").write_text(json.dumps(report, indent=1))
-    return StepOutcome(files=("parity.json",), data={"status": status, "verdict": "parity.json",
+    return StepOutcome(files=tuple(files), data={"status": status, "verdict": "parity.json",
                                                      "reasons": reasons[:MAX_REASONS_IN_DATA],
                                                      "runner": payload.runner, "key": task.node.key},
                        status="done")
+
+
+def _parity_drift(payload: GatePayload, model: Model, recorder: OutputRecorder, task_metric: Any
+                  ) -> dict[str, Any] | None:
+    """The parity side of the drift gate: this engine's recorded outputs against its drift baseline's (None: drift
+    off)."""
+    if not model.gate.drift.enabled:
+        return None
+    base = payload.drift
+    if base is None:
+        return {"status": "none", "baseline": None, "reasons": [],
+                "notes": ["no engine of an earlier builder version is published for this cell: nothing to compare"]}
+    if not base.get("outputs"):
+        return {"status": "none", "baseline": base["record"], "reasons": [],
+                "notes": ["the drift baseline recorded no outputs (published before outputs were recorded, or "
+                          "with drift off): outputs not compared"]}
+    verdict = judge_drift(model, model.gate.drift, base["record"], load_outputs(Path(base["outputs"])),
+                          recorder.arrays, task_metric)
+    return verdict.to_json()
+
+
+def _drift_log(drift: dict[str, Any]) -> list[str]:
+    base = drift.get("baseline") or {}
+    lines = [f"drift: {drift.get('status')}"
+             + (f" against {base.get('address')} (built by {base.get('builder')} {base.get('builder_version')}, "
+                f"{str(base.get('engine_digest', ''))[:19]})" if base else "")]
+    if drift.get("compared") is not None:
+        lines.append(f"  {drift['compared']} sample(s) with identical inputs compared")
+    for name, m in (drift.get("outputs") or {}).items():
+        lines.append(f"  output {name}: max abs {_fmt(m.get('max_abs_error'))}, rel-L2 {_fmt(m.get('rel_l2'))}, "
+                     f"cosine {_fmt(m.get('cosine'))}")
+    if drift.get("task"):
+        lines.append("  task vs the baseline: " + ", ".join(f"{k} {_fmt(v)}" for k, v in drift["task"].items()))
+    if drift.get("change_pct") is not None:
+        lines.append(f"  {drift['shape']}: p50 {drift['p50_ms']:.4g} ms vs {drift['baseline_p50_ms']:.4g} ms "
+                     f"({drift['change_pct']:+.1f}%)")
+    lines.extend(f"  {r}" for r in (*drift.get("reasons", ()), *drift.get("notes", ())))
+    return lines
+
+
+def _benchmark_drift(payload: GatePayload, model: Model, verdict: BenchmarkVerdict) -> dict[str, Any] | None:
+    """The latency side of the drift gate: the gated shape's p50 against the drift baseline's (None: drift off)."""
+    settings = model.gate.drift
+    if not settings.enabled:
+        return None
+    gated = next((s for s in verdict.shapes if s.label == verdict.thresholds.get("gated_shape")), None)
+    if payload.drift is None or gated is None:
+        return {"status": "none", "baseline": payload.drift["record"] if payload.drift else None, "reasons": [],
+                "notes": ["no engine of an earlier builder version is published for this cell: nothing to compare"
+                          if payload.drift is None else "nothing was timed"]}
+    return latency_drift(gated.gated.p50_ms, gated.input_shapes, gated.label, payload.drift["record"],
+                         payload.drift.get("benchmark"), settings)
 
 
 def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
@@ -191,17 +265,26 @@ def step_benchmark(task: StepTask) -> StepOutcome:
             session.close()
         for line in _benchmark_log(verdict):
             log(line)
-        why = verdict.reasons or verdict.noisy
-        log(f"verdict: {verdict.status}" + "".join(f"\n  {r}" for r in why))
+        drift = _benchmark_drift(payload, model, verdict)
+        status = verdict.status
+        reasons = list(verdict.reasons)
+        if drift is not None:
+            for line in _drift_log(drift):
+                log(line)
+            if drift["status"] == "failed" and status != "noisy":
+                status = "failed"
+                reasons += [f"drift: {r}" for r in drift["reasons"]]
+        why = reasons or verdict.noisy
+        log(f"verdict: {status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
-              "status": verdict.status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
-              "runner": payload.runner}
+              "status": status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
+              "runner": payload.runner, "drift": drift}
     if verdict.status == "noisy":
         # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
         return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(verdict.noisy),
                            data={"status": "noisy", "reasons": list(verdict.noisy[:MAX_REASONS_IN_DATA]),
                                  "verdict": report})
     (task.out_dir / "benchmark.json").write_text(json.dumps(report, indent=1))
-    return StepOutcome(files=("benchmark.json",), data={"status": verdict.status, "verdict": "benchmark.json",
-                                                        "reasons": list(verdict.reasons[:MAX_REASONS_IN_DATA]),
+    return StepOutcome(files=("benchmark.json",), data={"status": status, "verdict": "benchmark.json",
+                                                        "reasons": reasons[:MAX_REASONS_IN_DATA],
                                                         "runner": payload.runner, "key": task.node.key})

@@ -14,6 +14,7 @@ from orchestrator import plugins
 from orchestrator.contracts.store import ArtifactFiles, Attachment
 from orchestrator.core.artifact import GateSummary, gate_status
 from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.gatekeys import DRIFT_OUTPUTS_FILE as OUTPUTS_FILE
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.metadata import engine_file, new_metadata, utc_now
@@ -126,6 +127,7 @@ def step_publish(task: StepTask) -> StepOutcome:
         return StepOutcome(status="failed", reason=f"not published: {problem}")
     log = build_dir / build["log"] if build.get("log") else None
     extras = tuple(p for p in (Path(parity_dir) / "parity.json" if parity and parity_dir else None,
+                               Path(parity_dir) / OUTPUTS_FILE if parity and parity_dir else None,
                                Path(bench_dir) / "benchmark.json" if bench and bench_dir else None,
                                build_dir / build["layer_info"] if build.get("layer_info") else None)
                    if p is not None and p.exists())

@@ -179,6 +179,8 @@ TASK = ("{kind: text-detection, output: y, charset: ../data/charset.txt, blank: 
 BENCHMARK = ("{warmup: 3, iterations: 50, time_budget_s: 2.5, shapes: [opt, max], max_p95_ms: 12.5, "
              "min_throughput: 30.0, max_regression_pct: 15.0, enabled: true, blocks: 4, block_gap_s: 0.5, "
              "max_spread_pct: 20.0, max_p99_p50_ratio: 3.0, max_cv_pct: 40.0}")
+DRIFT = ("{enabled: true, max_latency_regression_pct: 10.0, min_cosine: 0.999, max_rel_l2: 0.01, max_abs_error: 0.5, "
+         f"task: {THRESHOLDS}}}")
 
 # Every field of the schema is set somewhere below: in its own entry (models/targets) and as a default some model or
 # target takes. det: dynamic, two profile sets, a static second input, every precision form; cls: static, takes the
@@ -213,6 +215,7 @@ defaults:
       task_by_precision: {{fp16: {THRESHOLDS}}}
       tensor: true
     benchmark: {BENCHMARK}
+    drift: {DRIFT}
     allow_ungated_publish: true
   runners: {{build: [self-hosted], gate: [self-hosted, gpu]}}
 models:
@@ -247,6 +250,7 @@ models:
         task_by_precision: {{int8: {THRESHOLDS}}}
         tensor: false
       benchmark: {BENCHMARK}
+      drift: {DRIFT}
       allow_ungated_publish: false
     classifier_outputs: {{y: 5}}
     task: {TASK}
@@ -280,6 +284,7 @@ targets:
         task_by_precision: {{fp16: {THRESHOLDS}}}
         tensor: true
       benchmark: {BENCHMARK}
+      drift: {DRIFT}
       allow_ungated_publish: false
     options:
       optimization_level: 4

@@ -114,6 +114,7 @@ def cell_summary(cell: dict) -> dict:
     reasons += [r for r in (cell.get("parity") or {}).get("reasons", ()) if r not in reasons]
     reasons += list(bench.get("reasons", ())) + list(bench.get("noisy", ()))
     note = cell.get("note")
+    drift = drift_summary(cell.get("drift"))
     return {
         "address": cell.get("address", ""),
         "status": str(cell.get("status", "pending")),
@@ -129,7 +130,69 @@ def cell_summary(cell: dict) -> dict:
         "reasons": reasons,
         "note": note,
         "why": note or (reasons[0] if reasons else None),
+        "drift": drift,
+        "task": task_summary(cell.get("parity")),
+        "device_memory_mib": _mib(shape.get("device_memory_bytes")) if shape else None,
     }
+
+
+def _mib(value: object) -> float | None:
+    return float(value) / 2**20 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def task_summary(parity: dict | None) -> dict[str, float]:
+    """The task metrics of the shown parity verdict (the last case that has them; NaN kept as text)."""
+    out: dict[str, float] = {}
+    for case in (parity or {}).get("cases") or ():
+        task = case.get("task") or {}
+        for k, v in (task.get("metrics") or {}).items():
+            n = _num(v)
+            if n is not None:
+                out[k] = n
+    return out
+
+
+def drift_summary(drift: dict | None) -> dict | None:
+    """One cell's drift comparison, flattened for the grid: the baseline (address, builder version), samples
+    compared, the worst cosine / rel-L2 over the outputs, the task metrics against the baseline, p50 before and
+    after, status and reasons. None: drift off or nothing to compare."""
+    if not drift:
+        return None
+    outputs, latency = drift.get("outputs") or {}, drift.get("latency") or {}
+    base = outputs.get("baseline") or latency.get("baseline")
+    if not base:
+        return None
+    metrics = list((outputs.get("outputs") or {}).values())
+    cosines = [c for c in (_num(m.get("cosine")) for m in metrics) if c is not None]
+    rel_l2 = [c for c in (_num(m.get("rel_l2")) for m in metrics) if c is not None]
+    statuses = {outputs.get("status"), latency.get("status")}
+    return {"baseline": str(base.get("address", "")), "builder_version": str(base.get("builder_version", "")),
+            "compared": outputs.get("compared"), "worst_cosine": min(cosines) if cosines else None,
+            "worst_rel_l2": max(rel_l2) if rel_l2 else None,
+            "task": {k: v for k, v in ((k, _num(v)) for k, v in (outputs.get("task") or {}).items()) if v is not None},
+            "p50_ms": _num(latency.get("p50_ms")), "baseline_p50_ms": _num(latency.get("baseline_p50_ms")),
+            "change_pct": _num(latency.get("change_pct")),
+            "status": "failed" if "failed" in statuses else "passed",
+            "reasons": [*outputs.get("reasons", ()), *latency.get("reasons", ())],
+            "notes": [*outputs.get("notes", ()), *latency.get("notes", ())]}
+
+
+def drift_bars_svg(drift: dict | None, *, width: int = 260) -> str:
+    """Two bars: the baseline's p50 and this engine's, on one scale (empty when latency was not compared)."""
+    if not drift or drift.get("baseline_p50_ms") is None or drift.get("p50_ms") is None:
+        return ""
+    old, new = float(drift["baseline_p50_ms"]), float(drift["p50_ms"])
+    top = max(old, new) or 1.0
+    rows = []
+    for i, (label, value, colour) in enumerate(((drift["builder_version"], old, "#8c959f"),
+                                                ("this engine", new, "#0969da"))):
+        y = 4 + i * 18
+        w = max(1.0, (width - 150) * value / top)
+        rows.append(f'<text x="0" y="{y + 11}" font-size="10">{html.escape(str(label))}</text>'
+                    f'<rect x="80" y="{y}" width="{w:.1f}" height="12" fill="{colour}"/>'
+                    f'<text x="{84 + w:.1f}" y="{y + 11}" font-size="10">{value:.3g} ms</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="42" role="img" '
+            f'aria-label="p50 against the drift baseline">{"".join(rows)}</svg>')
 
 
 # -- inline SVG -----------------------------------------------------------------------------------------------
@@ -244,7 +307,10 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
                                         p95=_fmt_ms(s["p95_ms"]), worst=_fmt_err(s["worst_max_abs"]),
                                         spread=_fmt_spread(s["spread_pct"]),
                                         model=cell.get("model"), precision=cell.get("precision"),
-                                        target=target)
+                                        target=target, drift_bars=drift_bars_svg(s["drift"]),
+                                        drift_text=drift_text(s["drift"]),
+                                        memory=_fmt_mib(s["device_memory_mib"]),
+                                        task_text=", ".join(f"{k} {v:.3g}" for k, v in s["task"].items()))
     counts: dict[str, int] = {}
     for s in summaries.values():
         counts[s["status"]] = counts.get(s["status"], 0) + 1
@@ -255,6 +321,23 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, page.encode("utf-8"))
     return out
+
+
+def _fmt_mib(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f} MiB"
+
+
+def drift_text(drift: dict | None) -> str:
+    """One line: against which builder version, the worst cosine, the task metrics and the p50 change."""
+    if not drift:
+        return ""
+    parts = [f"vs {drift['builder_version']}"]
+    if drift.get("worst_cosine") is not None:
+        parts.append(f"cosine {drift['worst_cosine']:.6g}")
+    parts += [f"{k} {v:.3g}" for k, v in (drift.get("task") or {}).items()]
+    if drift.get("change_pct") is not None:
+        parts.append(f"p50 {drift['baseline_p50_ms']:.3g} → {drift['p50_ms']:.3g} ms ({drift['change_pct']:+.1f}%)")
+    return ", ".join(parts)
 
 
 def report_json(cells: Sequence[dict]) -> dict:
@@ -283,7 +366,7 @@ def summary_table(cells: Iterable[dict]):
     columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
         ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"), ("spread", "right"), ("worst abs err", "right"),
-        ("why", "left"))
+        ("drift", "left"), ("why", "left"))
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for cell in cells:
@@ -296,5 +379,5 @@ def summary_table(cells: Iterable[dict]):
                       _fmt_spread(s["spread_pct"]) or "—",
                       _fmt_err(s["worst_max_abs"]) + (f" ({escape(str(s['worst_output']))})"
                                                      if s["worst_output"] else ""),
-                      escape(str(why)))
+                      escape(drift_text(s["drift"])) or "—", escape(str(why)))
     return table
