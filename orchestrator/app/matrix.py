@@ -176,6 +176,11 @@ def report_cells(project: Project) -> list[Report]:
             entry["parity"], entry["reasons"] = _parity_view(parity)
         if bench:
             entry["benchmark"] = bench["verdict"]
+        for section in ("memory", "soak"):  # the memory gate at the max shape, and the soak (run.gate)
+            found = (bench or {}).get(section)
+            if found:
+                entry[section] = found
+                entry["reasons"] = [*entry["reasons"], *found.get("reasons", ())]
         drift = {"outputs": (parity or {}).get("drift"), "latency": (bench or {}).get("drift")}
         if any(drift.values()):
             entry["drift"] = drift

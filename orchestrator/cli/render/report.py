@@ -115,6 +115,8 @@ def cell_summary(cell: dict) -> dict:
     reasons += list(bench.get("reasons", ())) + list(bench.get("noisy", ()))
     note = cell.get("note")
     drift = drift_summary(cell.get("drift"))
+    memory = cell.get("memory") or {}
+    soak = cell.get("soak") or {}
     return {
         "address": cell.get("address", ""),
         "status": str(cell.get("status", "pending")),
@@ -132,7 +134,12 @@ def cell_summary(cell: dict) -> dict:
         "why": note or (reasons[0] if reasons else None),
         "drift": drift,
         "task": task_summary(cell.get("parity")),
-        "device_memory_mib": _mib(shape.get("device_memory_bytes")) if shape else None,
+        "device_memory_mib": (_mib(memory.get("device_memory_bytes")) if memory.get("device_memory_bytes")
+                               is not None else _mib(shape.get("device_memory_bytes")) if shape else None),
+        "memory_shape": memory.get("shape") if memory.get("device_memory_bytes") is not None else None,
+        "memory_threshold_mib": memory.get("threshold_mib"),
+        "engine_mib": _mib(memory.get("engine_bytes")),
+        "soak_growth_mib": soak.get("growth_mib"),
     }
 
 
@@ -309,7 +316,7 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
                                         model=cell.get("model"), precision=cell.get("precision"),
                                         target=target, drift_bars=drift_bars_svg(s["drift"]),
                                         drift_text=drift_text(s["drift"]),
-                                        memory=_fmt_mib(s["device_memory_mib"]),
+                                        memory=memory_text(s),
                                         task_text=", ".join(f"{k} {v:.3g}" for k, v in s["task"].items()))
     counts: dict[str, int] = {}
     for s in summaries.values():
@@ -325,6 +332,20 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
 
 def _fmt_mib(value: float | None) -> str:
     return "" if value is None else f"{value:.1f} MiB"
+
+
+def memory_text(s: dict) -> str:
+    """``device 412.0 MiB at max (≤ 512) · engine 24.3 MiB · soak +0.4 MiB``: what the memory gate measured."""
+    parts = []
+    if s.get("device_memory_mib") is not None:
+        parts.append(f"device {_fmt_mib(s['device_memory_mib'])}"
+                     + (f" at {s['memory_shape']}" if s.get("memory_shape") else "")
+                     + (f" (≤ {s['memory_threshold_mib']:g})" if s.get("memory_threshold_mib") is not None else ""))
+    if s.get("engine_mib") is not None:
+        parts.append(f"engine {_fmt_mib(s['engine_mib'])}")
+    if s.get("soak_growth_mib") is not None:
+        parts.append(f"soak {s['soak_growth_mib']:+.1f} MiB")
+    return " · ".join(parts)
 
 
 def drift_text(drift: dict | None) -> str:
@@ -357,27 +378,35 @@ def report_json(cells: Sequence[dict]) -> dict:
 
 def summary_table(cells: Iterable[dict]):
     """A ``rich.table.Table``: one line per cell with status, p50/p95 (and the blocks' spread), the worst parity
-    error and why a cell is not passed (its note or first reason). Every cell text is escaped: names and tool
-    messages (``pip install 'trt-orchestrator[ort]'``) are not markup."""
+    error, the drift against the previous builder version and why a cell is not passed (its note or first
+    reason). A measurement column no cell has a value in is left out, so a narrow terminal keeps room for the
+    reasons. Every cell text is escaped: names and tool messages (``pip install 'trt-orchestrator[ort]'``) are
+    not markup."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="Gate results")
-    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
-        ("model", "left"), ("precision", "left"), ("profile set", "left"), ("target", "left"),
-        ("status", "left"), ("p50 ms", "right"), ("p95 ms", "right"), ("spread", "right"), ("worst abs err", "right"),
-        ("drift", "left"), ("why", "left"))
-    for name, justify in columns:
-        table.add_column(name, justify=justify)
+    columns: tuple[tuple[str, Literal["left", "right"], bool], ...] = (  # (name, justify, always shown)
+        ("model", "left", True), ("precision", "left", True), ("profile set", "left", True),
+        ("target", "left", True), ("status", "left", True), ("p50 ms", "right", False),
+        ("p95 ms", "right", False), ("spread", "right", False), ("worst abs err", "right", False),
+        ("memory", "left", False), ("drift", "left", False), ("why", "left", True))
+    rows: list[tuple[str, ...]] = []
     for cell in cells:
         s = cell_summary(cell)
         fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
         why = "" if s["status"] == "passed" and not s["note"] else (s["why"] or "")
-        table.add_row(escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
-                      escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
-                      f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
-                      _fmt_spread(s["spread_pct"]) or "—",
-                      _fmt_err(s["worst_max_abs"]) + (f" ({escape(str(s['worst_output']))})"
-                                                     if s["worst_output"] else ""),
-                      escape(drift_text(s["drift"])) or "—", escape(str(why)))
+        rows.append((escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
+                     escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
+                     f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
+                     _fmt_spread(s["spread_pct"]) or "—",
+                     _fmt_err(s["worst_max_abs"]) + (f" ({escape(str(s['worst_output']))})"
+                                                    if s["worst_output"] else ""),
+                     escape(memory_text(s)) or "—", escape(drift_text(s["drift"])) or "—", escape(str(why))))
+    shown = [i for i, (_, _, always) in enumerate(columns)
+             if always or any(row[i] not in ("—", "") for row in rows)]
+    table = Table(title="Gate results")
+    for i in shown:
+        table.add_column(columns[i][0], justify=columns[i][1])
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
     return table

@@ -107,3 +107,22 @@ def test_report_json_and_summary_table():
     console.print(summary_table(cells))
     text = console.export_text()
     assert "cpu+ort1.31" in text and "failed" in text and "pending" in text and "6.00e-02 (y)" in text
+
+
+def test_memory_gate_in_the_summary_table_and_columns_without_values_left_out():
+    bench = run_benchmark(Affine(), {"max": {"x": np.zeros((2, 3), np.float32)}}, BenchmarkGate(shapes=("max",)))
+    memory = {"shape": "max", "input_shapes": {"x": [2, 3]}, "device_memory_bytes": 600 * 2**20,
+              "engine_bytes": 24 * 2**20, "threshold_mib": 512, "status": "failed", "notes": [],
+              "reasons": ["max: device memory 600.0 MiB at input shapes {'x': [2, 3]} > max_device_memory_mib 512"]}
+    cell = {"address": "m/fp16/default@sm89+trt10.13", "model": "m", "precision": "fp16", "profile_set": "default",
+            "target": "sm89+trt10.13", "status": "failed", "parity": None, "benchmark": bench.to_json(),
+            "memory": memory, "reasons": memory["reasons"]}
+    s = report_json([cell])["summary"][0]
+    assert (s["device_memory_mib"], s["engine_mib"], s["memory_threshold_mib"]) == (600.0, 24.0, 512)
+    console = Console(width=250, record=True, color_system=None)
+    console.print(summary_table([cell]))
+    text = console.export_text()
+    assert "device 600.0 MiB at max (≤ 512) · engine 24.0 MiB" in text
+    assert "max: device memory 600.0 MiB" in text
+    header = text.splitlines()[2]
+    assert "memory" in header and "drift" not in header and "worst abs err" not in header  # no cell has those
