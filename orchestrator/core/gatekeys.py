@@ -127,6 +127,8 @@ def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:
             "max_spread_pct": schedule.max_spread_pct, "max_p95_ms": settings.max_p95_ms,
             "min_throughput": settings.min_throughput, "max_regression_pct": settings.max_regression_pct,
             "max_p99_p50_ratio": settings.max_p99_p50_ratio, "max_cv_pct": settings.max_cv_pct,
+            "max_device_memory_mib": settings.max_device_memory_mib, "soak_s": settings.soak_s,
+            "max_memory_growth_mib": settings.max_memory_growth_mib,
             "baseline": ("the last published verdict at this address on the same GPU model"
                          if settings.max_regression_pct is not None else None),
             "model": _model_inputs(model), "drift": drift_inputs(model.gate.drift, "benchmark")}

@@ -256,6 +256,11 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.benchmark.max_spread_pct": _benchmark("max_spread_pct", "the spread past which it is noisy"),
     "models[].gate.benchmark.max_p99_p50_ratio": _benchmark("max_p99_p50_ratio", "a stability threshold (tail)"),
     "models[].gate.benchmark.max_cv_pct": _benchmark("max_cv_pct", "a stability threshold (variation)"),
+    "models[].gate.benchmark.max_device_memory_mib": _benchmark("max_device_memory_mib",
+                                                                "the device memory bound at the max shape"),
+    "models[].gate.benchmark.soak_s": _benchmark("soak_s", "how long the soak runs"),
+    "models[].gate.benchmark.max_memory_growth_mib": _benchmark("max_memory_growth_mib",
+                                                                "the soak's memory growth bound"),
     "models[].gate.drift.enabled": _gate(
         "whether engines are compared with the previous builder version's (gate_inputs.parity.drift and "
         "gate_inputs.benchmark.drift: None when off)", Cells("every cell of the model, while a gate is enabled",

@@ -135,6 +135,10 @@ class BenchmarkGate:
     # stability of the gated shape's timed latencies: p99 / p50, and the coefficient of variation (stdev / mean, %)
     max_p99_p50_ratio: float | None = None
     max_cv_pct: float | None = None
+    # memory: device memory at the profile's max shape (an out-of-memory there fails), and an optional soak run
+    max_device_memory_mib: float | None = None
+    soak_s: float | None = None
+    max_memory_growth_mib: float | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ it. See docs/gates.md, "Benchmark noise".
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -273,3 +274,93 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
                   "block_gap_s": schedule.gap_s, "max_spread_pct": schedule.max_spread_pct}
     baseline_json = {"p50_ms": {k: v[0] for k, v in base.items()}} if base else None
     return BenchmarkVerdict(tuple(shapes), tuple(reasons), thresholds, baseline_json, tuple(notes), tuple(noisy))
+
+
+# -- memory: the max profile shape, and a soak ----------------------------------------------------------------
+
+_OOM_WORDS = ("out of memory", "outofmemory", "oom", "cudaerrormemoryallocation", "failed to allocate",
+              "bad_alloc", "memoryerror")
+
+
+def _is_oom(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}".lower()
+    return isinstance(error, MemoryError) or any(w in text for w in _OOM_WORDS)
+
+
+def _mib(n: int | float | None) -> float | None:
+    return None if n is None else float(n) / 2**20
+
+
+def probe_memory(session: Session, label: str, feeds: Mapping[str, np.ndarray], settings: BenchmarkGate,
+                 engine_bytes: int | None = None, measured: int | None = None) -> dict:
+    """Device memory at the profile's ``max`` shape (one untimed run, unless the benchmark timed that shape already
+    and measured it: ``measured``) and the engine's size, judged against ``max_device_memory_mib``. An engine that
+    runs out of memory there fails, naming the shape; one that fails otherwise too. CPU runtimes report no device
+    memory: noted, not judged."""
+    shapes = {k: [int(d) for d in np.shape(v)] for k, v in feeds.items()}
+    out: dict = {"shape": label, "input_shapes": shapes, "device_memory_bytes": measured,
+                 "engine_bytes": engine_bytes, "threshold_mib": settings.max_device_memory_mib, "reasons": [],
+                 "notes": []}
+    if measured is None:
+        try:
+            timing = session.benchmark(feeds, warmup=0, iterations=1, time_budget_s=None)
+            out["device_memory_bytes"] = timing.device_memory_bytes
+        except Exception as e:  # any runtime's failure at the max shape: the engine cannot serve it
+            what = "ran out of memory" if _is_oom(e) else "failed"
+            out["reasons"].append(f"{label}: the engine {what} at input shapes {shapes}: {type(e).__name__}: {e}")
+    used = _mib(out["device_memory_bytes"])
+    limit = settings.max_device_memory_mib
+    if limit is not None:
+        if used is None and not out["reasons"]:
+            out["notes"].append("this runtime reports no device memory (a CPU engine): max_device_memory_mib not "
+                                "checked")
+        elif used is not None and used > limit:
+            out["reasons"].append(f"{label}: device memory {used:.1f} MiB at input shapes {shapes} > "
+                                  f"max_device_memory_mib {limit:g}")
+    out["status"] = "failed" if out["reasons"] else "passed"
+    return out
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc/self/statm``; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_soak(session: Session, label: str, feeds: Mapping[str, np.ndarray], settings: BenchmarkGate, *,
+             clock: Callable[[], float] = time.monotonic, rss: Callable[[], int | None] = resident_bytes) -> dict:
+    """``soak_s`` seconds of back-to-back runs at one shape after a warm-up; fails when the process's resident
+    memory grew by more than ``max_memory_growth_mib`` (default 32) from the first tenth of the soak to its end —
+    a leak per run shows there, an allocator's one-time growth mostly before."""
+    seconds = float(settings.soak_s or 0.0)
+    limit = settings.max_memory_growth_mib if settings.max_memory_growth_mib is not None else 32.0
+    out: dict = {"shape": label, "seconds": seconds, "runs": 0, "start_bytes": None, "end_bytes": None,
+                 "growth_mib": None, "threshold_mib": limit, "reasons": [], "notes": []}
+    for _ in range(max(1, settings.warmup)):
+        session.run(feeds)
+    start = clock()
+    settle = start + seconds / 10
+    try:
+        while clock() - start < seconds:
+            session.run(feeds)
+            out["runs"] += 1
+            if out["start_bytes"] is None and clock() >= settle:
+                out["start_bytes"] = rss()
+    except Exception as e:  # failing mid-soak is a failure of the engine at this shape
+        what = "ran out of memory" if _is_oom(e) else "failed"
+        out["reasons"].append(f"soak: the engine {what} after {out['runs']} runs: {type(e).__name__}: {e}")
+    out["end_bytes"] = rss()
+    if out["start_bytes"] is None or out["end_bytes"] is None:
+        out["notes"].append("resident memory is not readable here: growth not checked")
+    else:
+        growth = (out["end_bytes"] - out["start_bytes"]) / 2**20
+        out["growth_mib"] = growth
+        if growth > limit:
+            out["reasons"].append(f"soak: resident memory grew {growth:.1f} MiB over {out['runs']} runs in "
+                                  f"{seconds:g} s > max_memory_growth_mib {limit:g}")
+    out["status"] = "failed" if out["reasons"] else "passed"
+    return out

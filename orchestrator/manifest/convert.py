@@ -122,7 +122,8 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             max_regression_pct=bench.get("max_regression_pct"), enabled=bench.get("enabled", True),
             blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
             max_spread_pct=bench.get("max_spread_pct"), max_p99_p50_ratio=bench.get("max_p99_p50_ratio"),
-            max_cv_pct=bench.get("max_cv_pct")),
+            max_cv_pct=bench.get("max_cv_pct"), max_device_memory_mib=bench.get("max_device_memory_mib"),
+            soak_s=bench.get("soak_s"), max_memory_growth_mib=bench.get("max_memory_growth_mib")),
         drift=_drift(raw.get("drift", {})),
         allow_ungated_publish=raw.get("allow_ungated_publish", False))
 

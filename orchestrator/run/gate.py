@@ -13,18 +13,19 @@ publishing exactly like a gate that has not run (docs/gates.md, "Benchmark noise
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.contracts.runtime import RuntimeOptions
+from orchestrator.contracts.runtime import RuntimeOptions, Session
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model
 from orchestrator.gates.drift import OUTPUTS_FILE, OutputRecorder, drift_case, judge_drift, latency_drift, load_outputs
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
-from orchestrator.gates.run import BlockSchedule, run_benchmark, run_parity
+from orchestrator.gates.run import BlockSchedule, probe_memory, run_benchmark, run_parity, run_soak
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
 
@@ -202,6 +203,52 @@ def _drift_log(drift: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _memory_checks(session_for: Callable[[], Session], engine: EngineDescriptor, model: Model, profile: str,
+                   verdict: BenchmarkVerdict, device: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Device memory at the max profile shape (GPU engines: measured, an OOM fails naming the shape; CPU engines:
+    the engine size only) and the optional soak. A fresh session each, so the timed one's state does not carry."""
+    settings = model.gate.benchmark
+    memory: dict[str, Any] | None = None
+    timed_max = verdict.shape("max")
+    if device == "cuda" and not verdict.noisy:
+        measured = timed_max.device_memory_bytes if timed_max is not None else None
+        session = session_for()
+        try:
+            memory = probe_memory(session, "max", benchmark_inputs(model, profile, ("max",))["max"], settings,
+                                  engine_bytes=engine.size, measured=measured)
+        finally:
+            session.close()
+    else:
+        memory = {"shape": None, "input_shapes": None, "device_memory_bytes": None, "engine_bytes": engine.size,
+                  "threshold_mib": settings.max_device_memory_mib, "status": "passed", "reasons": [],
+                  "notes": (["a CPU engine: device memory not measured"]
+                            if settings.max_device_memory_mib is not None else [])}
+    soak = None
+    if settings.soak_s:
+        label = verdict.thresholds.get("gated_shape") or settings.shapes[0]
+        session = session_for()
+        try:
+            soak = run_soak(session, label, benchmark_inputs(model, profile, (label,))[label], settings)
+        finally:
+            session.close()
+    return memory, soak
+
+
+def _memory_log(section: dict[str, Any]) -> list[str]:
+    if "seconds" in section:  # the soak
+        growth = section.get("growth_mib")
+        head = (f"soak at {section['shape']}: {section['runs']} runs in {section['seconds']:g} s, resident memory "
+                + (f"{growth:+.1f} MiB" if growth is not None else "not measured")
+                + f" (max_memory_growth_mib {section['threshold_mib']:g})")
+    else:
+        used = section.get("device_memory_bytes")
+        head = ("memory: engine " + (f"{section['engine_bytes'] / 2**20:.1f} MiB" if section.get("engine_bytes")
+                                     else "size unknown")
+                + (f", device memory {used / 2**20:.1f} MiB at {section['shape']} {section['input_shapes']}"
+                   if used is not None else ""))
+    return [head, *(f"  {r}" for r in (*section.get("reasons", ()), *section.get("notes", ())))]
+
+
 def _benchmark_drift(payload: GatePayload, model: Model, verdict: BenchmarkVerdict) -> dict[str, Any] | None:
     """The latency side of the drift gate: the gated shape's p50 against the drift baseline's (None: drift off)."""
     settings = model.gate.drift
@@ -256,8 +303,11 @@ def step_benchmark(task: StepTask) -> StepOutcome:
             f"{settings.max_p95_ms}, min_throughput {settings.min_throughput}, max_regression_pct "
             f"{settings.max_regression_pct}, max_spread_pct {schedule.max_spread_pct:g}; baseline: "
             + (f"the last published verdict at this address on {gpu}" if payload.baseline else f"none on {gpu}"))
-        session = runtime.load(engine_path, engine, RuntimeOptions(
-            profile_index=0, device="cuda" if device == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
+        def session_for() -> Session:
+            return runtime.load(engine_path, engine, RuntimeOptions(
+                profile_index=0, device="cuda" if device == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
+
+        session = session_for()
         try:
             verdict = run_benchmark(session, benchmark_inputs(model, profile, settings.shapes), settings,
                                     payload.baseline, schedule=schedule)
@@ -268,6 +318,15 @@ def step_benchmark(task: StepTask) -> StepOutcome:
         drift = _benchmark_drift(payload, model, verdict)
         status = verdict.status
         reasons = list(verdict.reasons)
+        memory, soak = _memory_checks(session_for, engine, model, profile, verdict, device)
+        for section in (memory, soak):
+            if section is None:
+                continue
+            for line in _memory_log(section):
+                log(line)
+            if section["status"] == "failed" and status != "noisy":
+                status = "failed"
+            reasons += section["reasons"] if status != "noisy" else []
         if drift is not None:
             for line in _drift_log(drift):
                 log(line)
@@ -278,7 +337,7 @@ def step_benchmark(task: StepTask) -> StepOutcome:
         log(f"verdict: {status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
               "status": status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
-              "runner": payload.runner, "drift": drift}
+              "runner": payload.runner, "drift": drift, "memory": memory, "soak": soak}
     if verdict.status == "noisy":
         # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
         return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(verdict.noisy),
