@@ -8,6 +8,12 @@ cheap)::
     orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.publish(project, plan)
     result = orchestrator.pull("ocr-det", registry=RegistryConfig(path="artifacts"), precision="fp16", out="det.plan")
     result.path, result.metadata
+    # a deployment directory for a mixed fleet (an init container), and a Triton model repository
+    filled = orchestrator.pull_all(["ocr-det"], registry=..., gpus=["sm75", "sm86", "sm89"], out="/models")
+    repo = orchestrator.export_triton(["ocr-det"], registry=..., repo="/triton", runtime="triton:25.01",
+                                      gpus=["sm75", "sm86", "sm89", "sm90"])
+    repo.models[0].files  # ExportedFile(path, status, digest, ...)
+    orchestrator.resolve_serving("triton:25.01").tensorrt  # '10.8.0.43'
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ _API = {
     "publish": "orchestrator.app.pipeline",
     "pull": "orchestrator.app.deploy",
     "PullResult": "orchestrator.app.deploy",
+    "pull_all": "orchestrator.app.deploy",
+    "PullAllResult": "orchestrator.app.deploy",
+    "PulledEngine": "orchestrator.app.deploy",
+    "export_triton": "orchestrator.app.triton",
+    "TritonExport": "orchestrator.app.triton",
+    "TritonModel": "orchestrator.app.triton",
+    "ExportedFile": "orchestrator.app.triton",
+    "resolve_serving": "orchestrator.core.serving",
+    "ServingStack": "orchestrator.core.serving",
     "report_cells": "orchestrator.app.matrix",
     "diagnose": "orchestrator.app.doctor",
 }

@@ -20,7 +20,7 @@ Tree::
     │   ├── IntegrityError             exit 1   stored bytes do not match their digest
     │   ├── StoreUnavailableError      exit 1   the registry cannot be reached
     │   └── ArtifactNotFoundError      exit 1   no artifact by that address/digest
-    ├── NoCompatibleEngineError        exit 1   pull found candidates, none can run here (each with its reason)
+    ├── NoCompatibleEngineError        exit 4   pull/export found candidates, none can run there (each with why)
     └── CIError                        exit 1   a CI workflow cannot be generated as asked
 """
 
@@ -39,6 +39,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # a usage error; also "changes to build" for `plan --detailed-exitcode`
     CHANGES = 2
     GATE_FAILED = 3  # a gate ran and the engine failed it
+    NO_COMPATIBLE = 4  # pull / export triton: engines are published, none can run on the declared GPU/runtime
     INTERRUPTED = 130
 
 
@@ -171,6 +172,8 @@ class ArtifactNotFoundError(StoreError):
 
 
 class NoCompatibleEngineError(OrchestratorError):
+    exit_code = ExitCode.NO_COMPATIBLE
+
     def __init__(self, message: str, *, rejections: list[tuple[str, str]], hint: str | None = None):
         self.rejections = rejections
         lines = [message] + [f"  - {who}: {why}" for who, why in rejections]

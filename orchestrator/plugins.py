@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
-from orchestrator.contracts.runtime import Runtime
+from orchestrator.contracts.runtime import Runtime, TritonBackend
 from orchestrator.contracts.store import IndexReader, Store
 from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
@@ -188,6 +188,30 @@ def runtime_probes() -> dict[str, Any]:
         except PluginError:
             continue
     return probes
+
+
+def triton_backends() -> dict[str, TritonBackend]:
+    """Each installed runtime plugin Triton can serve (its optional ``triton`` attribute), by runtime name."""
+    found = {}
+    for name in names(RUNTIMES):
+        try:
+            backend = getattr(runtime(name), "triton", None)
+        except PluginError:
+            continue
+        if isinstance(backend, TritonBackend):
+            found[name] = backend
+    return found
+
+
+def runtime_slugs() -> dict[str, str]:
+    """Each installed runtime plugin's slug (``trt``) -> its name: how ``trt10.13`` names a runtime."""
+    slugs = {}
+    for name in names(RUNTIMES):
+        try:
+            slugs[str(runtime(name).slug)] = name
+        except PluginError:
+            continue
+    return slugs
 
 
 def fingerprint(labels: tuple[str, ...] = ()) -> RunnerFingerprint:

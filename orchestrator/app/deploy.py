@@ -15,22 +15,24 @@ Around the runtime's answer, rules every runtime shares:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.contracts.store import StoredArtifact
+from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import DECLARED_PREFIX, InstalledRuntime, RunnerFingerprint, same_gpu_model
-from orchestrator.core.model import PRECISIONS, RegistryConfig
+from orchestrator.core.model import PRECISIONS, RegistryConfig, cc_slug
 from orchestrator.core.platform import PlatformError, normalize_platform, platform_mismatch, platform_text
 from orchestrator.core.query import latest_version, select
 from orchestrator.core.select import Compat, rank_candidates
-from orchestrator.core.versions import parse_version, version_text
+from orchestrator.core.serving import is_serving, resolve_serving
+from orchestrator.core.versions import parse_cc, parse_version, version_text
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError, PluginError, UsageError
 
 
@@ -104,12 +106,7 @@ class RuntimeSpec:
 
     @classmethod
     def parse(cls, text: str) -> RuntimeSpec:
-        slugs = {}
-        for name in plugins.names(plugins.RUNTIMES):
-            try:
-                slugs[plugins.runtime(name).slug] = name
-            except PluginError:
-                continue
+        slugs = plugins.runtime_slugs()
         # the longest slug that prefixes the text wins (a slug may be a prefix of another)
         for slug in sorted(slugs, key=len, reverse=True):
             if text.startswith(slug):
@@ -118,17 +115,23 @@ class RuntimeSpec:
         raise UsageError(f"unknown --runtime {text!r}", hint=f"use auto, or one of: {known}")
 
 
+# A deployment that runs each engine on the runtime (and release) that built it: ``pull --all`` run by an init
+# container, which is not the machine that will load the engines.
+AS_BUILT = RuntimeSpec("", "")
+
+
 def _declared(fp: RunnerFingerprint, spec: RuntimeSpec, engine: EngineDescriptor) -> RunnerFingerprint | str:
     """The runner as the deployment declares it, or why this candidate is out (another runtime)."""
-    if engine.runtime != spec.runtime:
+    if spec.runtime and engine.runtime != spec.runtime:
         return f"runs on {engine.runtime}, not the requested runtime {spec.runtime}"
+    name = spec.runtime or engine.runtime
     built = engine.builder_version
     if spec.version and not (built == spec.version or built.startswith(spec.version + ".")):
         # a version-compatible engine may still run on the newer runtime declared here
         version = spec.version
     else:
         version = built
-    return fp.with_runtime(spec.runtime, InstalledRuntime(version, fp.runtime_features(spec.runtime)))
+    return fp.with_runtime(name, InstalledRuntime(version, fp.runtime_features(name)))
 
 
 def _runner(meta: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -269,6 +272,55 @@ def _declared_runtime(meta: dict[str, Any]) -> str | None:
         return None
 
 
+def check_precision(precision: str | None) -> None:
+    """A ``UsageError`` for a precision no engine can have (with the close one suggested)."""
+    if precision is not None and precision not in PRECISIONS:
+        close = [p for p in PRECISIONS if p[:2] == precision[:2].lower()] if precision else []
+        raise UsageError(f"unknown --precision {precision!r}",
+                         hint=(f"did you mean {close[0]}? " if len(close) == 1 else "")
+                         + f"one of: {', '.join(PRECISIONS)} (or leave it out: any precision)")
+
+
+def candidates(store: Store, model: str, version: str | None) -> tuple[str, list[tuple[str, StoredArtifact]]]:
+    """The published version of ``model`` asked for (None/"latest": the newest) and its records, one per build key,
+    each with the id rejections name it by (address and short digest); ``ArtifactNotFoundError`` when none."""
+    records = store.records(model)
+    wanted = version if version not in (None, "latest") else latest_version((r.metadata for r in records), model)
+    artifacts = select(records, lambda a: a.metadata, model=model, version=wanted) if wanted else []
+    if not wanted or not artifacts:
+        raise ArtifactNotFoundError(f"nothing published for model {model!r}"
+                                    + (f" version {version}" if version not in (None, "latest") else ""),
+                                    hint="see `orchestrate ls`")
+    unique: dict[str, StoredArtifact] = {}
+    for art in artifacts:
+        unique.setdefault(art.metadata["build_key"], art)
+    return wanted, [(f"{a.metadata['address']} ({a.metadata['engine']['digest'][:19]})", a) for a in unique.values()]
+
+
+def judge(fp: RunnerFingerprint, spec: RuntimeSpec | None, precision: str | None = None, profile: str | None = None,
+          lean: LeanRuntime | None = None) -> Callable[[StoredArtifact], Compat]:
+    """How ``pull`` judges one candidate for the runner ``fp`` (declared or detected) and runtime ``spec`` (None:
+    what is installed on ``fp``; ``AS_BUILT``: each engine's own runtime and release)."""
+    return _judge(fp, spec, precision, profile, lean)
+
+
+def fetch_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
+    """Write ``chosen``'s engine to ``path`` through the store (which checks its sha256), then check that the
+    store delivered that record and that the engine's own header agrees with its metadata (its runtime plugin's
+    ``verify_engine``); an ``IntegrityError`` removes the file."""
+    delivered = store.get(chosen.digest, path)
+    engine = EngineDescriptor.from_json(chosen.metadata, runtime=_declared_runtime(chosen.metadata))
+    problem = None
+    if (delivered.digest, delivered.metadata.get("build_key")) != (chosen.digest, chosen.metadata["build_key"]):
+        problem = (f"the store delivered {delivered.metadata.get('address')} ({delivered.digest[:19]}) for the "
+                   f"selected {chosen.metadata['address']} ({chosen.digest[:19]})")
+    problem = problem or plugins.runtime_for(engine).verify_engine(path, engine)
+    if problem:
+        path.unlink(missing_ok=True)
+        raise IntegrityError(f"{chosen.metadata['address']}: engine check failed: {problem}",
+                             hint="the stored engine does not match its metadata; republish it")
+
+
 def pull(model: str, *, registry: RegistryConfig, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
@@ -278,11 +330,7 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     ``platform`` as declared; ``lean_runtime``: the lean runtime library the deployment loads), verify its digest
     and header, and write it to ``out``. Decided from metadata before any engine byte is read; when nothing fits,
     ``NoCompatibleEngineError`` lists every candidate with the reason it was rejected."""
-    if precision is not None and precision not in PRECISIONS:
-        close = [p for p in PRECISIONS if p[:2] == precision[:2].lower()] if precision else []
-        raise UsageError(f"unknown --precision {precision!r}",
-                         hint=(f"did you mean {close[0]}? " if len(close) == 1 else "")
-                         + f"one of: {', '.join(PRECISIONS)} (or leave it out: any precision)")
+    check_precision(precision)
     # the declared GPU is checked before anything is read: a misread one would pick an engine for another machine
     declared_gpu = RunnerFingerprint.parse_gpu_spec(gpu) if gpu != "auto" else None
     if gpu_model is not None:
@@ -300,18 +348,8 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     if declared_gpu is not None:
         fp = replace(fp, gpus=declared_gpu.gpus)
     store = plugins.open_store(registry)
-    records = store.records(model)
-    wanted = version if version not in (None, "latest") else latest_version((r.metadata for r in records), model)
-    artifacts = select(records, lambda a: a.metadata, model=model, version=wanted) if wanted else []
-    if not artifacts:
-        raise ArtifactNotFoundError(f"nothing published for model {model!r}"
-                                    + (f" version {version}" if version not in (None, "latest") else ""),
-                                    hint="see `orchestrate ls`")
-    unique: dict[str, StoredArtifact] = {}
-    for art in artifacts:
-        unique.setdefault(art.metadata["build_key"], art)
-    candidates = [(f"{a.metadata['address']} ({a.metadata['engine']['digest'][:19]})", a) for a in unique.values()]
-    ranking = rank_candidates(candidates, _judge(fp, spec, precision, profile, lean))
+    wanted, found = candidates(store, model, version)
+    ranking = rank_candidates(found, _judge(fp, spec, precision, profile, lean))
     if ranking.best is None:
         raise NoCompatibleEngineError(
             f"no published engine of {model} {wanted} can run on this runner ({fp.describe()}"
@@ -324,18 +362,234 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
     path = None
     if out is not None:
         path = Path(out)
-        delivered = store.get(chosen.digest, path)
-        engine = EngineDescriptor.from_json(chosen.metadata, runtime=_declared_runtime(chosen.metadata))
-        problem = None
-        if (delivered.digest, delivered.metadata.get("build_key")) != (chosen.digest, chosen.metadata["build_key"]):
-            problem = (f"the store delivered {delivered.metadata.get('address')} ({delivered.digest[:19]}) for the "
-                       f"selected {chosen.metadata['address']} ({chosen.digest[:19]})")
-        problem = problem or plugins.runtime_for(engine).verify_engine(path, engine)
-        if problem:
-            path.unlink(missing_ok=True)
-            raise IntegrityError(f"{chosen.metadata['address']}: engine check failed: {problem}",
-                                 hint="the stored engine does not match its metadata; republish it")
+        fetch_verified(store, chosen, path)
     needs = EngineDescriptor.from_json(chosen.metadata).target.lean_runtime
     return PullResult(path=path, metadata=chosen.metadata, reason=ranking.best.compat.reason,
                       rejections=ranking.explanations(), platform=fp.platform, lean_runtime=needs,
                       lean_runtime_path=lean.path if lean is not None and needs else None)
+
+
+# -- deployments: several GPUs at once (``pull --all``, ``export triton``) ------------------------------------------
+
+def deployment_runtime(text: str | None) -> RuntimeSpec:
+    """What a deployment declares it runs: ``trt10.13`` / ``rtx1.7`` / ``ort1.31`` (as ``pull --runtime``), a
+    serving stack (``triton:25.01``: the exact TensorRT it ships, ``core.serving``), or None: every engine on the
+    runtime and release that built it (``AS_BUILT``)."""
+    if text is None or text == "auto":
+        return AS_BUILT
+    if is_serving(text):
+        return RuntimeSpec.parse(resolve_serving(text).runtime)  # trt10.8.0.43: the runtime it ships
+    return RuntimeSpec.parse(text)
+
+
+def safe_name(name: str, what: str = "model") -> str:
+    """A published name used as one directory name: refused when it could leave the directory it goes in."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or not name.isprintable():
+        raise UsageError(f"the {what} name {name!r} cannot be a directory name",
+                         hint="rename the model in its manifest (no '/', '\\', control characters, '.' or '..') "
+                              "and republish")
+    return name
+
+
+def declared_gpus(gpus: Sequence[str]) -> tuple[RunnerFingerprint, ...]:
+    """``["sm75", "8.6", "none"]`` -> one declared GPU per distinct compute capability (``none``: no GPU), in CC
+    order, no GPU first; a ``UsageError`` for anything that is not a compute capability."""
+    found: dict[str, RunnerFingerprint] = {}
+    for text in gpus:
+        for part in str(text).split(","):
+            if part.strip():
+                declared = RunnerFingerprint.parse_gpu_spec(part.strip())
+                found.setdefault(declared.compute_capability or "none", declared)
+    if not found:
+        raise UsageError("no GPU declared", hint="pass --gpus sm75,sm86 (compute capabilities)")
+    return tuple(found[cc] for cc in sorted(found, key=lambda c: parse_cc(c) or (0, 0)))
+
+
+def cc_label(cc: str | None) -> str:
+    """``8.6`` -> ``sm86``; no GPU -> ``cpu``."""
+    return cc_slug(cc) if cc else "cpu"
+
+
+def file_digest(path: Path) -> str | None:
+    """``sha256:<hex>`` of a file, or None when there is no such file."""
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
+
+
+def install_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
+    """``fetch_verified`` into a hidden file beside ``path``, renamed over it only once every check passed: a
+    failed check leaves ``path`` as it was."""
+    staging = path.with_name(f".{path.name}.partial")
+    try:
+        fetch_verified(store, chosen, staging)
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class MissingGpu:
+    """A requested GPU no published engine of ``model`` can serve, with every candidate's reason."""
+
+    model: str
+    cc: str | None  # None: no GPU
+    rejections: tuple[tuple[str, str], ...]
+
+    @property
+    def gpu(self) -> str:
+        return cc_label(self.cc)
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """One model's engine chosen for a set of the requested GPUs (one engine may serve several)."""
+
+    model: str
+    artifact: StoredArtifact
+    ccs: tuple[str | None, ...]
+    reason: str
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(cc_label(cc) for cc in self.ccs)
+
+
+def choose_per_gpu(found: Sequence[tuple[str, StoredArtifact]], model: str, fp: RunnerFingerprint,
+                   gpus: Sequence[RunnerFingerprint], spec: RuntimeSpec, precision: str | None,
+                   profile: str | None, veto: Callable[[StoredArtifact], str | None] | None = None
+                   ) -> tuple[tuple[GpuChoice, ...], tuple[MissingGpu, ...]]:
+    """For each declared GPU, the engine ``pull --gpu`` would choose (``pull``'s judge and ranking; ``veto``: why
+    the caller cannot use a candidate, asked first); one ``GpuChoice`` per distinct engine, in the order of the
+    GPUs, and a ``MissingGpu`` for each GPU nothing serves."""
+    chosen: dict[str, tuple[StoredArtifact, list[str | None], str]] = {}
+    missing: list[MissingGpu] = []
+    for gpu in gpus:
+        judged = _judge(replace(fp, gpus=gpu.gpus), spec, precision, profile)
+
+        def judge_one(art: StoredArtifact, judged: Callable[[StoredArtifact], Compat] = judged) -> Compat:
+            why = veto(art) if veto is not None else None
+            return Compat.no(why) if why else judged(art)
+
+        ranking = rank_candidates(found, judge_one)
+        if ranking.best is None:
+            missing.append(MissingGpu(model, gpu.compute_capability, ranking.rejected))
+            continue
+        art = ranking.best.item
+        chosen.setdefault(art.digest, (art, [], ranking.best.compat.reason))[1].append(gpu.compute_capability)
+    return (tuple(GpuChoice(model, art, tuple(ccs), why) for art, ccs, why in chosen.values()), tuple(missing))
+
+
+def runtime_words(spec: RuntimeSpec) -> str:
+    return (f"{spec.runtime} {spec.version or '(any version)'}" if spec.runtime
+            else "each engine's own runtime and release")
+
+
+def missing_error(missing: Sequence[MissingGpu], what: str, runtime: str) -> NoCompatibleEngineError:
+    """Every GPU nothing serves, each candidate with its reason (as ``pull`` lists them)."""
+    where = ", ".join(f"{m.model} on {m.gpu}" for m in missing)
+    return NoCompatibleEngineError(
+        f"no published engine can {what}: {where} (runtime: {runtime}). Candidates:",
+        rejections=[(f"{m.model} on {m.gpu}: {who}", why) for m in missing for who, why in m.rejections],
+        hint="build a target for those GPUs (or an ampere_plus one), leave those GPUs out, or declare another "
+             "--runtime")
+
+
+@dataclass(frozen=True)
+class PulledEngine:
+    """One engine file ``pull --all`` wrote (or found already there), and the GPUs it serves."""
+
+    model: str
+    model_version: str
+    address: str
+    digest: str
+    size: int
+    path: Path
+    ccs: tuple[str | None, ...]
+    status: str  # "written" | "unchanged"
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "model_version": self.model_version, "address": self.address,
+                "digest": self.digest, "size": self.size, "path": str(self.path),
+                "gpus": [cc_label(cc) for cc in self.ccs], "compute_capabilities": [cc for cc in self.ccs if cc],
+                "status": self.status, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PullAllResult:
+    out: Path
+    engines: tuple[PulledEngine, ...]
+    runtime: str  # the declared runtime, in words
+
+    @property
+    def changed(self) -> bool:
+        return any(e.status != "unchanged" for e in self.engines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"out": str(self.out), "runtime": self.runtime, "changed": self.changed,
+                "engines": [e.to_json() for e in self.engines]}
+
+
+def _engine_suffix(meta: Mapping[str, Any]) -> str:
+    return Path(str(meta["engine"].get("filename") or "engine.plan")).suffix or ".engine"
+
+
+def engine_filename(meta: Mapping[str, Any], ccs: Sequence[str | None]) -> str:
+    """``model.sm75-sm86.plan``: the GPUs an engine serves, with the suffix of its published file."""
+    return "model." + "-".join(cc_label(cc) for cc in ccs) + _engine_suffix(meta)
+
+
+def pull_all(models: Sequence[str], *, registry: RegistryConfig, gpus: Sequence[str], out: str | os.PathLike[str],
+             version: str | None = None, precision: str | None = None, profile: str | None = None,
+             runtime: str | None = None, platform: str | None = None,
+             fingerprint: RunnerFingerprint | None = None) -> PullAllResult:
+    """For every model (none named: every model in the registry) and every declared GPU, the engine ``pull --gpu``
+    would choose, verified and written once per engine as ``out/<model>/model.<gpus>.<suffix>``. ``runtime``:
+    the deployment's (``trt10.13``, ``triton:25.01``), or None: each engine on the runtime and release that built
+    it (an init container is not the machine that loads the engines). Everything is decided from metadata before
+    anything is written: a GPU nothing serves raises ``NoCompatibleEngineError`` and writes nothing. A file that
+    already holds the chosen engine (same sha256) is left alone."""
+    check_precision(precision)
+    declared = declared_gpus(gpus)
+    spec = deployment_runtime(runtime)
+    fp = fingerprint or plugins.fingerprint()
+    if platform is not None:
+        fp = _on_platform(fp, _declared_platform(platform))
+    store = plugins.open_store(registry)
+    names = list(dict.fromkeys(models)) or sorted({str(r.metadata["model"]["name"]) for r in store.records()})
+    if not names:
+        raise ArtifactNotFoundError("nothing is published in this registry", hint="see `orchestrate ls`")
+    choices: list[GpuChoice] = []
+    missing: list[MissingGpu] = []
+    for model in names:
+        safe_name(model)
+        _, found = candidates(store, model, version)
+        picked, lacking = choose_per_gpu(found, model, fp, declared, spec, precision, profile)
+        choices += picked
+        missing += lacking
+    if missing:
+        raise missing_error(missing, "serve every declared GPU", runtime_words(spec))
+    root = Path(out)
+    engines = []
+    for choice in choices:
+        meta = choice.artifact.metadata
+        path = root / choice.model / engine_filename(meta, choice.ccs)
+        status = "unchanged"
+        if file_digest(path) != choice.artifact.digest:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            install_verified(store, choice.artifact, path)
+            status = "written"
+        engines.append(PulledEngine(choice.model, str(meta["model"]["version"]), str(meta["address"]),
+                                    choice.artifact.digest, int(meta["engine"]["size"]), path, choice.ccs, status,
+                                    choice.reason))
+    return PullAllResult(root, tuple(engines), runtime_words(spec))
+
+
+def record_runtime(meta: dict[str, Any]) -> str:
+    """The runtime plugin that runs a record's engine (records from before runtimes were recorded: its builder's)."""
+    return str(meta.get("runtime") or _declared_runtime(meta) or meta["builder"]["name"])

@@ -21,6 +21,7 @@ from orchestrator.atomic import write_json_atomic
 from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
 from orchestrator.cli.render.graph import render
 from orchestrator.core.plan import SYMBOL, Plan, PlanEntry, plan_from_json
+from orchestrator.core.serving import resolve_serving
 from orchestrator.errors import ExitCode, PlanError
 from orchestrator.manifest import schema as manifest_schema
 
@@ -98,6 +99,20 @@ def render_plan_markdown(plan: Plan, local: Mapping[str, LocalOutcome | None] | 
     return "\n".join(lines) + "\n"
 
 
+def serving_rows(project) -> list[dict]:
+    """Each target that names a serving stack (``serve: triton:25.01``) and what it resolved to: the exact
+    TensorRT (the target's builder version), CUDA, the image and the table row's source (core.serving)."""
+    rows = []
+    for manifest in project.manifests:
+        for target in manifest.targets:
+            if target.serve:
+                stack = resolve_serving(target.serve)
+                rows.append({"target": target.name, "serve": stack.name, "tensorrt": stack.tensorrt,
+                             "builder_version": target.builder_version, "cuda": stack.cuda, "image": stack.image,
+                             "status": stack.status, "source": stack.source, "note": stack.note})
+    return rows
+
+
 def plan_json(plan: Plan, local: Mapping[str, LocalOutcome | None]) -> dict:
     """The plan's JSON with each cell's ``local`` outcome added (None: never built or tried on this machine)."""
     data = plan.to_json()
@@ -142,12 +157,18 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
     local = pipeline.local_outcomes(project)
     if out:
         write_json_atomic(out, plan_json(the_plan, local))
+    serving = serving_rows(project)
     if as_json:
-        print_json(plan_json(the_plan, local))
+        print_json({**plan_json(the_plan, local), "serving": serving})
     elif markdown:
         sys.stdout.write(render_plan_markdown(the_plan, local))
     else:
         console().print(render_plan_table(the_plan, local))
+        for row in serving:
+            console().print(Text(f"target {one_line(row['target'])}: serve {row['serve']} -> TensorRT "
+                                 f"{row['tensorrt']}, CUDA {row['cuda'] or '?'}"
+                                 + (f", {row['image']}" if row["image"] else "") + f" ({row['status']}: "
+                                 f"{one_line(row['source'])})"))
         console().print(f"\n[bold]{the_plan.summary()}[/]")
         if out:
             console().print(Text(f"saved to {one_line(out)} ({len(the_plan.shards)} shard(s))"))

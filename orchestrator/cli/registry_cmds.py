@@ -1,4 +1,4 @@
-"""publish, ls, show, pull, retention."""
+"""publish, ls, show, retention (pull: deploy_cmds)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import click
 from rich.text import Text
 
-from orchestrator.app import deploy, pipeline
+from orchestrator.app import pipeline
 from orchestrator.app import registry as registry_verbs
 from orchestrator.app.project import registry_of
 from orchestrator.cli.build_cmds import load, record_run, run_record
@@ -121,55 +121,6 @@ def show(ref, manifests, registry, as_json):
         print_json(meta)  # the whole record: caches and attachments included
         return
     render_registry.render_record(meta, console(), one_line)
-
-
-@click.command()
-@click.argument("model")
-@click.option("--version", "version", default=None, help="A model version [default: latest].")
-@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
-@click.option("--profile", default=None, help="Profile set name.")
-@click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
-@click.option("--gpu-model", default=None, metavar="MODEL",
-              help="The declared GPU's model as nvidia-smi names it ('NVIDIA L4'), with --gpu: engines built on it "
-                   "rank first, gpu_match: sku engines need it.")
-@click.option("--platform", "platform_", default=None, metavar="OS/ARCH[/VARIANT]",
-              help="The deployment's platform: linux/x86_64, windows/x86_64, linux/aarch64, linux/aarch64/l4t36.4 "
-                   "(Jetson) [default: this machine's].")
-@click.option("--runtime", default="auto", show_default=True,
-              help="auto (installed), or the deployment's runtime: trt10.13[.3.9], rtx1.7, ort1.31.")
-@click.option("--lean-runtime", default=None, metavar="PATH",
-              help="The TensorRT lean runtime library the deployment loads (libnvinfer_lean.so.X.Y.Z): needed by "
-                   "version-compatible engines built without their lean runtime.")
-@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None, help="Write the engine here.")
-@registry_option
-@click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Use this manifest's registry.")
-@json_option
-def pull(model, version, precision, profile, gpu, gpu_model, platform_, runtime, lean_runtime, out, registry, manifest,
-         as_json):
-    """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out."""
-    config = registry_from(registry, (manifest,) if manifest else ())
-    result = deploy.pull(model, registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
-                         runtime=runtime, out=out, platform=platform_, gpu_model=gpu_model, lean_runtime=lean_runtime)
-    meta = result.metadata
-    lean = ({"version": result.lean_runtime,
-             "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
-            if result.lean_runtime else None)
-    if as_json:
-        print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
-                    "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
-                    "lean_runtime": lean, "metadata": meta,
-                    "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
-        return
-    console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
-                                  f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
-    if result.path:
-        console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
-    if lean:
-        console().print(Text(f"the deployment must load the TensorRT {one_line(str(lean['version']))} lean runtime"
-                             f" ({one_line(str(lean['path']))})"))
-    for who, why in result.rejections:
-        console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
 
 
 @click.command()

@@ -52,6 +52,25 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class TritonBackend:
+    """How NVIDIA Triton Inference Server serves a runtime's engines (``export triton``). A runtime plugin that
+    Triton can serve sets ``triton`` to one of these (an optional attribute: absent or None, Triton cannot)."""
+
+    platform: str | None  # config.pbtxt ``platform`` ("tensorrt_plan"), or
+    backend: str | None  # config.pbtxt ``backend`` ("onnxruntime")
+    filename: str  # the engine's file name in a version directory: "model.plan", "model.onnx"
+    # True: one engine per compute capability, listed in ``cc_model_filenames``; False: one file for every GPU
+    per_compute_capability: bool
+    # what the backend offers, as this runtime's ``probe`` names its features (onnxruntime's execution providers)
+    features: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """``tensorrt_plan`` / ``onnxruntime``: the platform or backend, whichever it is."""
+        return self.platform or self.backend or ""
+
+
 @runtime_checkable
 class Runtime(Protocol):
     name: str

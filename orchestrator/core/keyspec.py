@@ -128,10 +128,13 @@ def _tolerance(where: str, cells: Cells, what: str) -> dict[str, KeyRule]:
 
 
 # models[].task and gate.parity.task*: what the parity gate's task metric judges (gate_inputs.parity.task)
-_TASK_FIELDS = ("kind", "output", "charset", "blank", "threshold", "box_iou", "min_box_side")
+_TASK_FIELDS = ("kind", "output", "charset", "blank", "threshold", "box_iou", "min_box_side", "layout", "boxes",
+                "scores", "classes", "score_threshold", "iou_threshold", "match_iou", "max_detections",
+                "class_agnostic", "sigmoid", "boundary_tolerance")
 _TASK_THRESHOLDS = ("max_top1_disagreement", "min_top1_agreement", "min_top5_agreement", "min_accuracy",
                     "min_text_accuracy", "max_norm_edit_distance", "min_label_text_accuracy",
-                    "max_label_norm_edit_distance", "min_mask_iou", "min_box_recall", "min_box_precision")
+                    "max_label_norm_edit_distance", "min_mask_iou", "min_box_recall", "min_box_precision",
+                    "min_map50", "min_map50_95", "min_boundary_f", "min_pixel_agreement", "min_label_mask_iou")
 
 
 def _task() -> dict[str, KeyRule]:
@@ -282,6 +285,9 @@ _EXPLICIT: dict[str, KeyRule] = {
     "targets[].name": _address("names the target in matrix rules and reports; cell addresses use its slug"),
     "targets[].builder": _build("the builder plugin (key_inputs.builder.name; the address slug too)", _TARGET),
     "targets[].builder_version": _build("the exact builder version (key_inputs.builder.version)", _TARGET),
+    "targets[].serve": _build("the serving stack: where builder_version is left out, the TensorRT it ships is the "
+                              "builder version (key_inputs.builder.version); otherwise only checked against it",
+                              _TARGET),
     "targets[].compute_capability": _build("the GPU architecture built for (key_inputs.target)", _TARGET),
     "targets[].compute_capabilities": _build("the AOT architectures built for, as a set (key_inputs.target)",
                                              _TARGET),

@@ -286,6 +286,8 @@ class Target:
     # "sku" (only the GPU model it was built on).
     gpu_match: GpuMatch = "cc"
     toolchain: Toolchain = field(default_factory=Toolchain)
+    # The serving stack its engines are deployed on (``triton:25.01``): builder_version is the TensorRT it ships.
+    serve: str | None = None
 
     @property
     def version_family(self) -> str:

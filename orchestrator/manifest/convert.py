@@ -43,6 +43,8 @@ from orchestrator.core.model import (
     Toolchain,
 )
 from orchestrator.core.platform import PlatformError, normalize_platform
+from orchestrator.core.serving import resolve_serving
+from orchestrator.errors import UsageError
 from orchestrator.manifest.positions import Finding, Path
 
 _CC = re.compile(r"^[0-9]+\.[0-9]$")
@@ -258,6 +260,30 @@ def _source(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> So
     return SourceModel(path=_abs(base_dir, raw["path"]), sha256=raw.get("sha256"))
 
 
+def _builder_version(raw: dict, path: Path, findings: list[Finding]) -> str | None:
+    """``builder_version``, or the exact TensorRT the target's serving stack ships (``serve: triton:25.01``,
+    ``core.serving``); both given must agree (``10.8`` agrees with 10.8.0.43)."""
+    version = raw.get("builder_version")
+    serve = raw.get("serve")
+    if serve is None:
+        if version is None:
+            findings.append(Finding(path, "a target needs builder_version (or serve: a serving stack that sets it)",
+                                    'e.g. builder_version: "10.13.3.9", or serve: "triton:25.01"'))
+        return version
+    try:
+        stack = resolve_serving(str(serve))
+    except UsageError as e:
+        findings.append(Finding(path + ("serve",), e.message, e.hint))
+        return None
+    if version is not None and not (stack.tensorrt == version or stack.tensorrt.startswith(f"{version}.")):
+        findings.append(Finding(path + ("builder_version",),
+                                f"builder_version {version} is not the TensorRT {stack.tensorrt} that {stack.name} "
+                                f"ships ({stack.image or 'JetPack'})",
+                                f"leave builder_version out (serve sets it), or set it to \"{stack.tensorrt}\""))
+        return None
+    return version or stack.tensorrt
+
+
 def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]) -> Target | None:
     path: Path = ("targets", i)
     before = len(findings)
@@ -285,7 +311,7 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
                                 'add compute_capability: "8.6" (TensorRT >= 10.9)'))
     if compat != "none" and "device" in raw:
         findings.append(Finding(path + ("hardware_compatibility",), "a device target has no compatibility level"))
-    version = raw["builder_version"]
+    version = _builder_version(raw, path, findings)
     platform = DEFAULT_PLATFORM
     if "platform" in raw:
         try:
@@ -295,12 +321,13 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
     if len(findings) > before:
         return None
     runners = raw.get("runners", {"build": []})
+    assert version is not None  # a missing one is a finding above
     return Target(
         name=raw["name"], builder=raw["builder"], builder_version=version, compute_capabilities=tuple(ccs),
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
         options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
-        toolchain=_toolchain(raw.get("toolchain", "runner")))
+        serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")))
 
 
 def _toolchain(raw: str | dict) -> Toolchain:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.contracts.runtime import RuntimeOptions, Timing
+from orchestrator.contracts.runtime import RuntimeOptions, Timing, TritonBackend
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
@@ -105,6 +105,9 @@ def check_onnxruntime(engine: EngineDescriptor, fp: RunnerFingerprint) -> Compat
 class OnnxRuntimeRuntime:
     name = NAME
     slug = "ort"
+    # Triton's onnxruntime backend: one model.onnx for every GPU, on its CPU and CUDA execution providers
+    triton = TritonBackend(platform=None, backend="onnxruntime", filename="model.onnx", per_compute_capability=False,
+                           features=("CPUExecutionProvider", "CUDAExecutionProvider"))
 
     def probe(self) -> InstalledRuntime | None:
         return probe()

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.contracts.runtime import RuntimeOptions, Timing
+from orchestrator.contracts.runtime import RuntimeOptions, Timing, TritonBackend
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
@@ -205,6 +205,9 @@ class TensorRTRuntime:
 
     name = "tensorrt"
     slug = "trt"
+    # Triton's tensorrt_plan platform: one plan per compute capability (cc_model_filenames)
+    triton: TritonBackend | None = TritonBackend(platform="tensorrt_plan", backend=None, filename="model.plan",
+                                                 per_compute_capability=True)
     module = "tensorrt"
     flavour: plan_header.Flavour = "tensorrt"
     label = "TensorRT"

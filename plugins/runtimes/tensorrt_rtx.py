@@ -46,6 +46,7 @@ def invalidity_names(trt: Any, mask: int) -> list[str]:
 class TensorRTRTXRuntime(TensorRTRuntime):
     name = "tensorrt-rtx"
     slug = "rtx"
+    triton = None  # Triton's tensorrt_plan platform loads TensorRT plans, not TensorRT-RTX engines
     module = "tensorrt_rtx"
     flavour = "tensorrt-rtx"
     distributions = install.RTX_DISTRIBUTIONS

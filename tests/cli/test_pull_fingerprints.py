@@ -156,7 +156,7 @@ def test_an_x86_64_engine_is_refused_on_aarch64_from_metadata_without_reading_th
     blob.unlink()  # any read of the engine now fails
 
     proc = pull(tmp_path, "--platform", "linux/aarch64", "--gpu", "sm87", "-o", "out.engine")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "no published engine of tiny 1.0.0 can run on this runner (declared sm87 (CC 8.7) on linux/aarch64" \
         in proc.stderr
     assert (f"{pinned['address']} ({meta['engine']['digest'][:19]}): built for linux/x86_64, this deployment is "
@@ -179,7 +179,7 @@ def test_a_jetson_is_not_an_aarch64_server(published, tmp_path):
     meta, engine = real(published, CPU_ADDRESS)
     put(tmp_path / "artifacts", variant(meta, name="sbsa", platform="linux/aarch64", platform_specific=True), engine)
     proc = pull(tmp_path, "--platform", "linux/arm64/L4T36.4", "--gpu", "sm87")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "built for linux/aarch64 servers (SBSA); this deployment is a Jetson (linux/aarch64/l4t36.4)" \
         in proc.stderr
     ok = pull(tmp_path, "--platform", "linux/aarch64", "--gpu", "none", "--json")
@@ -260,11 +260,11 @@ def test_a_gpu_match_sku_engine_runs_only_on_its_gpu_model(published, tmp_path):
     base = ("--platform", "linux/x86_64", "--gpu", "sm89")
 
     other = pull(tmp_path, *base, "--gpu-model", "NVIDIA L4")
-    assert other.returncode == 1, other.stdout + other.stderr
+    assert other.returncode == 4, other.stdout + other.stderr
     assert "built for the NVIDIA L40S only (gpu_match: sku); this GPU is NVIDIA L4" in other.stderr
 
     undeclared = pull(tmp_path, *base)
-    assert undeclared.returncode == 1, undeclared.stdout + undeclared.stderr
+    assert undeclared.returncode == 4, undeclared.stdout + undeclared.stderr
     assert ("the declared GPU (sm89) has no model: declare it with --gpu-model 'NVIDIA L40S' if the deployment's "
             "GPU is one") in undeclared.stderr
 
@@ -297,7 +297,7 @@ DEPLOYMENT = ("--platform", "linux/x86_64", "--gpu", "sm89", "--runtime", "trt10
 
 def test_a_lean_runtime_engine_is_refused_without_the_lean_runtime(lean_store):
     proc = pull(lean_store, *DEPLOYMENT)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "needs the TensorRT 10.13.3.9 lean runtime loaded by the deployment" in proc.stderr
     assert "pass --lean-runtime PATH" in proc.stderr and "libnvinfer_lean.so.10.13.3" in proc.stderr
 
@@ -324,14 +324,14 @@ def test_a_lean_runtime_of_another_release_is_refused(lean_store):
     newer = lean_store / "lib" / "libnvinfer_lean.so.10.14.1"
     newer.write_bytes(b"\x7fELF")
     proc = pull(lean_store, *DEPLOYMENT, "--lean-runtime", str(newer))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr
     assert ("needs the TensorRT 10.13.3.9 lean runtime; --lean-runtime libnvinfer_lean.so.10.14.1 is TensorRT "
             "10.14.1") in proc.stderr
     # the SONAME link names only the major: its target's name is read
     link = lean_store / "lib" / "libnvinfer_lean.so.10"
     link.symlink_to(newer.name)
     proc = pull(lean_store, *DEPLOYMENT, "--lean-runtime", str(link))
-    assert proc.returncode == 1 and "is TensorRT 10.14.1" in proc.stderr
+    assert proc.returncode == 4 and "is TensorRT 10.14.1" in proc.stderr
 
 
 def test_a_missing_lean_runtime_path_is_a_usage_error(lean_store):

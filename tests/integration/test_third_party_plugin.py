@@ -193,13 +193,13 @@ def test_third_party_plugin_end_to_end(project: Path, plugin_version: str) -> No
     assert declared["address"] == address
     newer = _cli("pull", "tiny", "--runtime", "copyort9.9", "--json", "--registry", str(registry), cwd=project,
                  cache=cache, check=False)
-    assert newer.returncode == 1, newer.stdout + newer.stderr
+    assert newer.returncode == 4, newer.stdout + newer.stderr
     error = _json(newer)["error"]
     assert error["type"] == "NoCompatibleEngineError"
     assert f"built by onnx-copy {plugin_version}, this runner has onnx-copy-ort 9.9" in error["message"]
     other = _cli("pull", "tiny", "--runtime", "ort1.31", "--json", "--registry", str(registry), cwd=project,
                  cache=cache, check=False)
-    assert other.returncode == 1, other.stdout + other.stderr
+    assert other.returncode == 4, other.stdout + other.stderr
     assert "runs on onnx-copy-ort, not the requested runtime onnxruntime" in _json(other)["error"]["message"]
 
     # doctor: the plugin pair reports itself like any first-party one

@@ -173,9 +173,13 @@ PREPROCESS = ("{resize: [64, 64], mean: [0.5, 0.4, 0.3], std: [0.2, 0.25, 0.3], 
               "dtype: float32, color: BGR}")
 THRESHOLDS = ("{max_top1_disagreement: 0.05, min_top1_agreement: 0.9, min_top5_agreement: 0.8, min_accuracy: 0.7, "
               "min_text_accuracy: 0.9, max_norm_edit_distance: 0.1, min_label_text_accuracy: 0.6, "
-              "max_label_norm_edit_distance: 0.3, min_mask_iou: 0.8, min_box_recall: 0.9, min_box_precision: 0.85}")
+              "max_label_norm_edit_distance: 0.3, min_mask_iou: 0.8, min_box_recall: 0.9, min_box_precision: 0.85, "
+              "min_map50: 0.5, min_map50_95: 0.3, min_boundary_f: 0.9, min_pixel_agreement: 0.95, "
+              "min_label_mask_iou: 0.6}")
 TASK = ("{kind: text-detection, output: y, charset: ../data/charset.txt, blank: 0, threshold: 0.3, box_iou: 0.5, "
-        "min_box_side: 3}")
+        "min_box_side: 3, layout: yolov8, boxes: y, scores: y, classes: y, score_threshold: 0.25, "
+        "iou_threshold: 0.45, match_iou: 0.5, max_detections: 300, class_agnostic: false, sigmoid: false, "
+        "boundary_tolerance: 2}")
 BENCHMARK = ("{warmup: 3, iterations: 50, time_budget_s: 2.5, shapes: [opt, max], max_p95_ms: 12.5, "
              "min_throughput: 30.0, max_regression_pct: 15.0, enabled: true, blocks: 4, block_gap_s: 0.5, "
              "max_spread_pct: 20.0, max_p99_p50_ratio: 3.0, max_cv_pct: 40.0, max_device_memory_mib: 512, soak_s: 2.0, "
@@ -358,6 +362,7 @@ targets:
       toolchain: {{kind: container, image: "nvcr.io/nvidia/tensorrt:25.10-py3"}}}}
   - {{name: rtx, builder: tensorrt-rtx, builder_version: "1.7.1.116", compute_capabilities: ["8.9", "12.0"],
      toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS}}}}}}}}}
+  - {{name: h100-triton, builder: tensorrt, serve: "triton:25.11", compute_capability: "9.0"}}
 """
 
 MODEL_FILES = ("../models/det.onnx", "../models/det2.onnx", "../models/cls.onnx", "../models/seg.onnx",
@@ -638,6 +643,9 @@ PREPARED: dict[str, Prepared] = {
     "targets[].compute_capabilities": lambda cur, data, occ: st.lists(st.sampled_from(CCS), min_size=1, max_size=4,
                                                                       unique=True),
     "targets[].platform": lambda cur, data, occ: st.sampled_from(PLATFORMS),
+    # the serving stacks whose TensorRT the builder knows (core.serving); the rest are refused by the loader
+    "targets[].serve": lambda cur, data, occ: st.sampled_from(
+        ["triton:25.01", "triton:25.05", "triton:25.08", "triton:26.03", "ngc-tensorrt:25.01", "triton:24.05"]),
     "targets[].toolchain.cuda": lambda cur, data, occ: st.sampled_from(["12", "13", 13]),
     "runners[].compute_capability": lambda cur, data, occ: st.sampled_from((*CCS, None)),
     **{f"matrix.{s}[].model": lambda cur, data, occ: st.sampled_from([m["name"] for m in data["models"]])

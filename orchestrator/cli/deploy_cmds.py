@@ -1,0 +1,170 @@
+"""pull (one engine, or ``--all`` for a deployment directory) and ``export triton``."""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from orchestrator.app import deploy, triton
+from orchestrator.cli.common import console, console_err, json_option, print_json
+from orchestrator.cli.plan_cmds import one_line
+from orchestrator.cli.registry_cmds import registry_from, registry_option
+from orchestrator.errors import UsageError
+
+GPUS_HELP = ("The deployment's GPUs as compute capabilities: sm75,sm86,8.9 (repeatable; 'none' for no GPU)"
+             "{auto}.")
+RUNTIME_HELP = ("The deployment's runtime: trt10.13[.3.9], ort1.31, or its serving stack: triton:25.01, "
+                "ngc-tensorrt:25.01, jetpack:6.2 (resolved to the exact TensorRT it ships){default}.")
+
+
+def _rejections(missing) -> None:
+    for m in missing:
+        console_err().print(Text(f"  {one_line(m.model)} on {m.gpu}: nothing compatible", style="red"),
+                            highlight=False)
+        for who, why in m.rejections:
+            console_err().print(Text(f"    not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
+
+
+@click.command()
+@click.argument("models", nargs=-1, metavar="[MODEL]...")
+@click.option("--all", "pull_all", is_flag=True,
+              help="Fill a directory for a deployment: every named model (none: every model in the registry) for "
+                   "every GPU in --gpus, one verified file per engine (what an init container runs).")
+@click.option("--gpus", multiple=True, metavar="CCS", help=GPUS_HELP.format(auto=", with --all"))
+@click.option("--version", "version", default=None, help="A model version [default: latest].")
+@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
+@click.option("--profile", default=None, help="Profile set name.")
+@click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
+@click.option("--gpu-model", default=None, metavar="MODEL",
+              help="The declared GPU's model as nvidia-smi names it ('NVIDIA L4'), with --gpu: engines built on it "
+                   "rank first, gpu_match: sku engines need it.")
+@click.option("--platform", "platform_", default=None, metavar="OS/ARCH[/VARIANT]",
+              help="The deployment's platform: linux/x86_64, windows/x86_64, linux/aarch64, linux/aarch64/l4t36.4 "
+                   "(Jetson) [default: this machine's].")
+@click.option("--runtime", default=None,
+              help=RUNTIME_HELP.format(default=" [default: the installed one; with --all: each engine's own]"))
+@click.option("--lean-runtime", default=None, metavar="PATH",
+              help="The TensorRT lean runtime library the deployment loads (libnvinfer_lean.so.X.Y.Z): needed by "
+                   "version-compatible engines built without their lean runtime.")
+@click.option("-o", "--out", type=click.Path(), default=None,
+              help="Write the engine here (with --all: the directory to fill).")
+@registry_option
+@click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this manifest's registry.")
+@json_option
+def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, lean_runtime, out,
+         registry, manifest, as_json):
+    """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out.
+
+    With --all, fill a directory for a deployment: for every model and every GPU in --gpus, the engine `pull --gpu`
+    would choose, written once per engine as DIR/<model>/model.<gpus>.<suffix>, sha256 and header verified;
+    a file already holding it is left alone.
+
+    Exit status: 0 done; 4 when engines are published but none can run on a declared GPU/runtime (nothing is
+    written; every candidate is listed with its reason); 1 when nothing is published or a check fails; 2 for
+    a usage error."""
+    config = registry_from(registry, (manifest,) if manifest else ())
+    if pull_all:
+        if not gpus:
+            raise UsageError("pull --all needs the deployment's GPUs", hint="pass --gpus sm75,sm86 (or none)")
+        if out is None:
+            raise UsageError("pull --all needs a directory to fill", hint="pass -o DIR")
+        if gpu != "auto" or gpu_model or lean_runtime:
+            raise UsageError("--gpu, --gpu-model and --lean-runtime choose one engine; with --all use --gpus")
+        result = deploy.pull_all(models, registry=config, gpus=gpus, out=out, version=version, precision=precision,
+                                 profile=profile, runtime=runtime, platform=platform_)
+        if as_json:
+            print_json(result.to_json())
+            return
+        for e in result.engines:
+            console().print(Text(f"{e.status:9} {one_line(str(e.path))}  {e.digest[:19]}  "
+                                 f"{', '.join(cc_label for cc_label in e.to_json()['gpus'])}  "
+                                 f"({one_line(e.address)})"))
+        console().print(Text(f"{len(result.engines)} engine(s) for {len(set(e.model for e in result.engines))} "
+                             f"model(s) in {one_line(str(result.out))}"
+                             + ("" if result.changed else ": nothing changed")))
+        return
+    if len(models) != 1:
+        raise UsageError("pull takes one MODEL" if models else "pull needs a MODEL",
+                         hint="orchestrate pull MODEL -o FILE; or pull --all [MODEL...] --gpus sm75,sm86 -o DIR")
+    if gpus:
+        raise UsageError("--gpus is for pull --all", hint="one engine: --gpu sm86")
+    result = deploy.pull(models[0], registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
+                         runtime=runtime or "auto", out=out, platform=platform_, gpu_model=gpu_model,
+                         lean_runtime=lean_runtime)
+    meta = result.metadata
+    lean = ({"version": result.lean_runtime,
+             "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
+            if result.lean_runtime else None)
+    if as_json:
+        print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
+                    "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
+                    "lean_runtime": lean, "metadata": meta,
+                    "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
+        return
+    console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
+                                  f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
+    if result.path:
+        console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
+    if lean:
+        console().print(Text(f"the deployment must load the TensorRT {one_line(str(lean['version']))} lean runtime"
+                             f" ({one_line(str(lean['path']))})"))
+    for who, why in result.rejections:
+        console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
+
+
+@click.group()
+def export() -> None:
+    """Write published engines in a serving system's layout."""
+
+
+@export.command(name="triton")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL...")
+@click.option("--repo", required=True, type=click.Path(file_okay=False), help="The Triton model repository to write.")
+@registry_option
+@click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Use this manifest's registry.")
+@click.option("--version", "version", default=None, help="A model version [default: latest].")
+@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 (needed when several are published).")
+@click.option("--profile", default=None, help="Profile set name (needed when several are published).")
+@click.option("--runtime", default=None,
+              help=RUNTIME_HELP.format(default=" [default: the newest TensorRT release published for the model]"))
+@click.option("--gpus", default="auto", show_default=True, metavar="CCS|auto",
+              help=GPUS_HELP.format(auto="; auto: the CCs the published engines were built for"))
+@click.option("--allow-missing", is_flag=True,
+              help="Write the GPUs that have an engine even when some requested GPU has none (listed, exit 0).")
+@click.option("--version-policy", default="latest", show_default=True,
+              help="Triton's version policy: latest, latest:N, all, or specific:1,3.")
+@json_option
+def export_triton(models, repo, registry, manifest, version, precision, profile, runtime, gpus, allow_missing,
+                  version_policy, as_json):
+    """Write a Triton Inference Server model repository: REPO/<model>/config.pbtxt and REPO/<model>/<n>/ with one
+    engine file per GPU architecture (cc_model_filenames), each with a provenance.json.
+
+    Every file is verified by digest; a re-export with nothing changed writes nothing; a new model version
+    becomes a new version directory. Exit status: 0 done; 4 when a requested GPU has no compatible engine
+    (nothing written; every candidate with its reason) unless --allow-missing; 1 when nothing is published;
+    2 for a usage error."""
+    config = registry_from(registry, (manifest,) if manifest else ())
+    requested = gpus if gpus == "auto" else [g for g in gpus.split(",") if g.strip()]
+    result = triton.export_triton(models, registry=config, repo=repo, version=version, precision=precision,
+                                  profile=profile, runtime=runtime, gpus=requested, allow_missing=allow_missing,
+                                  version_policy=version_policy)
+    if as_json:
+        print_json(result.to_json())
+        return
+    for model in result.models:
+        changed = [f for f in model.files if f.status != "unchanged"]
+        console().print(Text.assemble(
+            (one_line(model.name), "bold"), f" {one_line(model.model_version)} -> version {model.version} "
+            f"({model.backend}, {one_line(model.runtime)}): "
+            + (f"{len(changed)} file(s) written or removed" if changed else "unchanged")))
+        for f in model.files:
+            if f.digest is not None:
+                console().print(Text(f"  {f.status:9} {one_line(str(f.path))}  {f.digest[:19]}  "
+                                     f"{', '.join(f.to_json()['gpus']) or 'any device'}"))
+            elif f.status != "unchanged":
+                console().print(Text(f"  {f.status:9} {one_line(str(f.path))}"))
+    if result.missing:
+        console_err().print(Text("written without these GPUs (--allow-missing):", style="yellow"), highlight=False)
+        _rejections(result.missing)

@@ -1,0 +1,88 @@
+"""core.serving: serving stacks -> the exact TensorRT release they ship (literal values from the research note)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.serving import NO_TENSORRT_11, STACKS, is_serving, releases, resolve_serving
+from orchestrator.errors import UsageError
+
+
+@pytest.mark.parametrize(("text", "tensorrt", "cuda"), [
+    ("triton:24.05", "10.0.1.6", "12.3.2.001"),
+    ("triton:25.01", "10.8.0.43", "12.8.0.038"),
+    ("triton:25.02", "10.8.0.43", "12.8.0.038"),
+    ("triton:25.05", "10.9.0.34", "12.8.1.012"),
+    ("triton:25.11", "10.13.3.9", "13.0.2.006"),
+    ("triton:26.02", "10.13.3.9", "13.0.2.006"),
+    ("triton:26.07", "10.14.1.48", "13.1.0.036"),
+])
+def test_triton_rows_are_the_trtllm_image(text, tensorrt, cuda):
+    stack = resolve_serving(text)
+    release = text.split(":")[1]
+    assert (stack.kind, stack.release, stack.tensorrt, stack.cuda, stack.status) == (
+        "triton", release, tensorrt, cuda, "confirmed")
+    assert stack.image == f"nvcr.io/nvidia/tritonserver:{release}-trtllm-python-py3"
+    assert "trtllm-python-py3 image's TensorRT" in stack.note
+    assert f"plain tritonserver:{release}-py3 image's TensorRT could not be read" in stack.note
+    assert "compatibility.md" in stack.source
+    assert stack.runtime == f"trt{tensorrt}"
+
+
+@pytest.mark.parametrize(("text", "tensorrt"), [
+    ("ngc-tensorrt:23.04", "8.6.1"), ("ngc-tensorrt:25.01", "10.8.0.43"), ("ngc-tensorrt:25.03", "10.9"),
+    ("jetpack:6.2", "10.3.0.30"), ("jetpack:5.1.3", "8.5.2.2"), ("jetpack:7.1", "10.13.3.9"),
+])
+def test_ngc_and_jetpack_rows_are_secondary(text, tensorrt):
+    stack = resolve_serving(text)
+    assert stack.tensorrt == tensorrt
+    assert stack.status == "secondary"
+    assert stack.source
+
+
+def test_ngc_image_and_spelling():
+    stack = resolve_serving(" NGC-TensorRT:25.01 ")
+    assert stack.image == "nvcr.io/nvidia/tensorrt:25.01-py3"
+    assert stack.cuda == "12.8"
+    assert resolve_serving("jetpack:6.2").image is None
+
+
+def test_unverified_ngc_months_are_left_out():
+    # 24.12 (sources conflict), 25.08 (contradictory), 25.12 (an assumption): refused, never guessed
+    for release in ("24.12", "25.08", "25.12", "25.02"):
+        assert release not in releases("ngc-tensorrt")
+        with pytest.raises(UsageError) as exc:
+            resolve_serving(f"ngc-tensorrt:{release}")
+        assert "known ngc-tensorrt releases: 23.01, 23.02, 23.04, 24.05, 25.01, 25.03" in exc.value.hint
+
+
+def test_no_release_ships_tensorrt_11():
+    assert not any(s.tensorrt.startswith("11.") for s in STACKS)
+    with pytest.raises(UsageError) as exc:
+        resolve_serving("triton:27.01")
+    assert exc.value.message == (f"unknown triton release '27.01': no TensorRT version is known for it "
+                                 f"({NO_TENSORRT_11}; a newer release is not assumed to carry any particular one)")
+    assert exc.value.hint.startswith("known triton releases: 24.04, 24.05,")
+    assert "26.07" in exc.value.hint
+
+
+def test_unknown_kind_and_older_release():
+    with pytest.raises(UsageError, match="unknown serving stack 'tgi:2.0'") as exc:
+        resolve_serving("tgi:2.0")
+    assert "triton, ngc-tensorrt, jetpack" in exc.value.hint
+    with pytest.raises(UsageError) as exc:
+        resolve_serving("triton:23.05")  # the -py3 image's TensorRT was not found; the trtllm table starts at 24.04
+    assert "TensorRT 11" not in exc.value.message
+
+
+def test_is_serving():
+    assert is_serving("triton:25.01") and is_serving("jetpack:6.2")
+    assert not is_serving("trt10.13") and not is_serving("ort1.31") and not is_serving("foo:1")
+
+
+def test_docs_deploy_lists_every_row():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    for stack in STACKS:
+        assert f"| `{stack.name}` | {stack.tensorrt} | {stack.cuda or '—'} | {stack.status} |" in text, stack.name
