@@ -37,8 +37,8 @@ def samples(name: str, *arrays: np.ndarray) -> list[dict[str, np.ndarray]]:
 
 
 def test_builtins_register_through_the_entry_point_group():
-    assert {"classification", "ctc", "text-detection"} <= set(plugins.names(plugins.TASKS))
-    for kind in ("classification", "ctc", "text-detection"):
+    assert {"classification", "ctc", "text-detection", "detection", "segmentation"} <= set(plugins.names(plugins.TASKS))
+    for kind in ("classification", "ctc", "text-detection", "detection", "segmentation"):
         plugin = plugins.task(kind)
         assert isinstance(plugin, TaskMetric) and plugin.name == kind and plugin.metrics
 
