@@ -15,10 +15,13 @@ three forms a deployment names:
   readable TensorRT version are left out rather than guessed.
 - ``jetpack:X.Y``: JetPack releases (secondary: Torch-TensorRT's docs and devices' ``dpkg`` output).
 
-No NGC, Triton or JetPack release found ships TensorRT 11.x: the newest TensorRT NVIDIA lists is 10.14.1.48
-(``tritonserver:26.03``..``26.07-trtllm-python-py3``). A release this table does not know is refused, never
-guessed. The facts and their sources come from the project's research note on NGC/Triton/JetPack TensorRT
-versions (its sections 1 and 2).
+TensorRT 11.x: no NVIDIA source found names a container that ships it. The one row with TensorRT 11
+(``ngc-tensorrt:26.08``: 11.2.1.2) rests on several public projects that pin that image as TensorRT 11.2.1.2
+(secondary, like every ngc-tensorrt row); the newest TensorRT NVIDIA's Triton matrix lists is 10.14.1.48
+(``tritonserver:26.03``..``26.07-trtllm-python-py3``). Before the trtllm images, a ``triton`` row is the plain
+``tritonserver:YY.MM-py3`` image (8.6.x; secondary: NVIDIA staff and the support matrix quoted in issues). A
+release this table does not know is refused, never guessed. The facts and their sources come from the project's
+research notes on NGC/Triton/JetPack TensorRT versions.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ _TRITON_SOURCE = ("NVIDIA Triton compatibility matrix, triton-inference-server/s
                   "user-guide/docs/introduction/compatibility.html)")
 _TRITON_NOTE = ("the tritonserver:{release}-trtllm-python-py3 image's TensorRT; the plain tritonserver:{release}-py3 "
                 "image's TensorRT could not be read from NVIDIA's release notes")
-NO_TENSORRT_11 = ("no NGC, Triton or JetPack release is known to ship TensorRT 11.x: the newest TensorRT NVIDIA "
-                  "lists is 10.14.1.48 (tritonserver:26.03..26.07-trtllm-python-py3)")
+NO_TENSORRT_11 = ("no Triton or JetPack release is known to ship TensorRT 11.x (the newest TensorRT NVIDIA's Triton "
+                  "matrix lists is 10.14.1.48, tritonserver:26.03..26.07-trtllm-python-py3); of the NGC TensorRT "
+                  "images only ngc-tensorrt:26.08 (TensorRT 11.2.1.2, secondary sources) is known")
 
 
 @dataclass(frozen=True)
@@ -63,18 +67,36 @@ class ServingStack:
         return f"trt{self.tensorrt}"
 
 
-def _triton(releases: tuple[str, ...], tensorrt: str, cuda: str) -> tuple[ServingStack, ...]:
+def _triton(releases: tuple[str, ...], tensorrt: str, cuda: str, conflict: str = "") -> tuple[ServingStack, ...]:
     return tuple(ServingStack("triton", r, tensorrt, cuda, f"nvcr.io/nvidia/tritonserver:{r}-trtllm-python-py3",
-                              _TRITON_SOURCE, "confirmed", _TRITON_NOTE.format(release=r)) for r in releases)
+                              _TRITON_SOURCE, "confirmed", _TRITON_NOTE.format(release=r) + conflict)
+                 for r in releases)
 
 
-# Triton compatibility matrix, trtllm-python-py3 rows (research note §2a); status confirmed for that image.
+_EARLIER = "; an earlier revision of the matrix (docs/compatibility.md @01bbc523) said {}"
+
+
+def _triton_py3(release: str, tensorrt: str, source: str, note: str) -> ServingStack:
+    return ServingStack("triton", release, tensorrt, None, f"nvcr.io/nvidia/tritonserver:{release}-py3", source,
+                        "secondary", note)
+
+
+# Triton compatibility matrix, trtllm-python-py3 rows (research note §2a); status confirmed for that image. Before
+# them, two plain -py3 images whose TensorRT 8.6 NVIDIA staff or the quoted support matrix state (secondary).
 _TRITON_ROWS = (
-    *_triton(("24.04",), "9.3.0.post12.dev1", "12.3.2.001"),
-    *_triton(("24.05",), "10.0.1.6", "12.3.2.001"),
+    _triton_py3("23.05", "8.6.1.2", "https://github.com/triton-inference-server/server/issues/5975 (quotes the "
+                "Frameworks Support Matrix: \"TensorRT for Triton container v23.05 ... 8.6.1.2\"); "
+                "https://github.com/NVIDIA/TensorRT/issues/3071",
+                "the plain tritonserver:23.05-py3 image; 8.6.1.2 shipped only in NVIDIA's containers"),
+    _triton_py3("24.02", "8.6.3", "https://github.com/triton-inference-server/server/issues/6959 (NVIDIA maintainer: "
+                "\"Triton base image includes installation of the TensorRT version 8.6.3\")",
+                "the plain tritonserver:24.02-py3 image; 3-part version only"),
+    *_triton(("24.04",), "9.3.0.post12.dev1", "12.3.2.001", _EARLIER.format("8.6.3")),
+    *_triton(("24.05",), "10.0.1.6", "12.3.2.001", "; NVIDIA staff in triton-inference-server/server#7374: the "
+             "24.05 TRT-LLM image should have TensorRT 9.3.0 (the plain 24.05-py3 image has TensorRT 10)"),
     *_triton(("24.06",), "10.0.1", "12.4.0.041"),
-    *_triton(("24.07",), "10.1.0", "12.4.1.003"),
-    *_triton(("24.08",), "10.3.0", "12.5.1.007"),
+    *_triton(("24.07",), "10.1.0", "12.4.1.003", _EARLIER.format("10.2.0.19")),
+    *_triton(("24.08",), "10.3.0", "12.5.1.007", _EARLIER.format("10.3.0.26")),
     *_triton(("24.09", "24.10"), "10.4.0", "12.5.1.007"),
     *_triton(("24.11",), "10.6.0", "12.6.3"),
     *_triton(("24.12",), "10.7.0", "12.6.3"),
@@ -108,6 +130,10 @@ _NGC_ROWS = (
          "https://github.com/NVIDIA/TensorRT/issues/4346"),
     _ngc("25.03", "10.9", "12.8.1", "a ROS repository's README (ika-rwth-aachen): tested with tensorrt:25.03-py3, "
          "TensorRT 10.9", "3-part version only"),
+    _ngc("26.08", "11.2.1.2", "13.3", "several public projects pin it as TensorRT 11.2.1.2 (an RF-DETR TensorRT "
+         "backend's versions.env spec: TENSORRT_VERSION=11.2.1.2, CUDA_VERSION=13.3, NGC_CONTAINER_TAG=26.08; an "
+         "rfdetr export note of 2026-10-07: \"nvcr.io/nvidia/tensorrt:26.08-py3 (TensorRT 11.2.1.2)\")",
+         "not confirmed against NVIDIA's container release notes"),
 )
 
 _JETPACK_TORCH_TRT = "https://docs.pytorch.org/TensorRT/_sources/getting_started/jetpack.rst.txt"

@@ -55,16 +55,35 @@ def test_unverified_ngc_months_are_left_out():
         assert release not in releases("ngc-tensorrt")
         with pytest.raises(UsageError) as exc:
             resolve_serving(f"ngc-tensorrt:{release}")
-        assert "known ngc-tensorrt releases: 23.01, 23.02, 23.04, 24.05, 25.01, 25.03" in exc.value.hint
+        assert "known ngc-tensorrt releases: 23.01, 23.02, 23.04, 24.05, 25.01, 25.03, 26.08" in exc.value.hint
 
 
-def test_no_release_ships_tensorrt_11():
-    assert not any(s.tensorrt.startswith("11.") for s in STACKS)
+def test_tensorrt_8_6_10_and_11_rows_each_with_a_source():
+    by_major = {}
+    for stack in STACKS:
+        assert stack.source and stack.status in ("confirmed", "secondary")
+        by_major.setdefault(stack.tensorrt.split(".")[0], []).append(stack.name)
+    assert {"8", "10", "11"} <= set(by_major)
+    assert resolve_serving("triton:23.05").tensorrt == "8.6.1.2"
+    assert resolve_serving("triton:23.05").image == "nvcr.io/nvidia/tritonserver:23.05-py3"  # the plain image
+    assert resolve_serving("triton:24.02").tensorrt == "8.6.3"
+    eleven = resolve_serving("ngc-tensorrt:26.08")
+    assert (eleven.tensorrt, eleven.cuda, eleven.status) == ("11.2.1.2", "13.3", "secondary")
+    assert by_major["11"] == ["ngc-tensorrt:26.08"]  # no Triton or JetPack row: none is known
+
+
+def test_conflicting_sources_are_noted():
+    assert "earlier revision of the matrix (docs/compatibility.md @01bbc523) said 8.6.3" in \
+        resolve_serving("triton:24.04").note
+    assert "server#7374" in resolve_serving("triton:24.05").note
+
+
+def test_a_newer_release_is_refused_not_guessed():
     with pytest.raises(UsageError) as exc:
         resolve_serving("triton:27.01")
     assert exc.value.message == (f"unknown triton release '27.01': no TensorRT version is known for it "
                                  f"({NO_TENSORRT_11}; a newer release is not assumed to carry any particular one)")
-    assert exc.value.hint.startswith("known triton releases: 24.04, 24.05,")
+    assert exc.value.hint.startswith("known triton releases: 23.05, 24.02, 24.04, 24.05,")
     assert "26.07" in exc.value.hint
 
 
@@ -73,7 +92,7 @@ def test_unknown_kind_and_older_release():
         resolve_serving("tgi:2.0")
     assert "triton, ngc-tensorrt, jetpack" in exc.value.hint
     with pytest.raises(UsageError) as exc:
-        resolve_serving("triton:23.05")  # the -py3 image's TensorRT was not found; the trtllm table starts at 24.04
+        resolve_serving("triton:23.08")  # no source for the 23.08-py3 image's TensorRT was found
     assert "TensorRT 11" not in exc.value.message
 
 
