@@ -88,12 +88,13 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
             model_digests[model.source.path] = sources.model_digest(model, cache)
             # calibration data reaches build keys, parity data gate keys: both by content, never by path
             for data in (model.calibration, model.gate.parity.data):
-                if data and data.path and data.path not in data_digests and os.path.exists(data.path):
-                    data_digests[data.path] = cache.data_digest(data.path)
-        for _, gate in man.cell_gates:  # a target's own parity data
-            data = gate.parity.data
-            if data.path and data.path not in data_digests and os.path.exists(data.path):
-                data_digests[data.path] = cache.data_digest(data.path)
+                for path in (data.path, data.labels) if data else ():
+                    if path and path not in data_digests and os.path.exists(path):
+                        data_digests[path] = cache.data_digest(path)
+        for _, gate in man.cell_gates:  # a target's own parity data (and labels)
+            for path in (gate.parity.data.path, gate.parity.data.labels):
+                if path and path not in data_digests and os.path.exists(path):
+                    data_digests[path] = cache.data_digest(path)
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
     problems = plugins.transform_problems()

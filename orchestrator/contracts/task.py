@@ -12,6 +12,11 @@ A task plugin is an object registered under the entry-point group ``trt_orchestr
   own decode settings, paths already absolute); ``labels``: the expected answer of each row of every sample, in
   order, when the data set is labelled (class indices, strings) — metrics against labels are reported then too.
 
+- ``read_labels(path, images, input_hw) -> list`` (optional): a labels file (``gate.parity.data.labels``) ->
+  each image's expected answer, in order, in the model input's coordinates; ``images`` are the dataset's chosen
+  images as (file name, (width, height)) and ``input_hw`` the model input's (height, width). A plugin without it
+  reads no labels (setting them is then a gate error).
+
 ``evaluate`` is pure numpy: no runtime, no file but the ones its options name (a charset). It raises
 ``orchestrator.errors.GateError`` naming the output and what is wrong with it (shape, class count) when the outputs
 do not fit the task.

@@ -62,11 +62,15 @@ class BlockSchedule:
 
 
 
-def data_inputs(data: DataSource, digest: str | None) -> dict[str, Any]:
-    """A data source as key inputs: a folder/file by its content digest (never its path), random data by seed."""
-    return {"digest": digest if data.path else None, "random": data.path is None, "samples": data.samples,
-            "seed": data.seed if data.path is None else None,
-            "preprocess": asdict(data.preprocess) if data.preprocess is not None and data.path else None}
+def data_inputs(data: DataSource, digest: str | None, labels_digest: str | None = None) -> dict[str, Any]:
+    """A data source as key inputs: a folder/file by its content digest (never its path), random data by seed;
+    parity labels by their content digest too (None: no labels)."""
+    out = {"digest": digest if data.path else None, "random": data.path is None, "samples": data.samples,
+           "seed": data.seed if data.path is None else None,
+           "preprocess": asdict(data.preprocess) if data.preprocess is not None and data.path else None}
+    if data.labels is not None and data.path:
+        out["labels"] = labels_digest  # only when given: the keys of manifests without labels do not move
+    return out
 
 
 def _model_inputs(model: Model) -> dict[str, Any]:
@@ -76,13 +80,14 @@ def _model_inputs(model: Model) -> dict[str, Any]:
                             for c in model.constraints}}
 
 
-def parity_inputs(model: Model, spec: PrecisionSpec, data_digest: str | None) -> dict[str, Any]:
+def parity_inputs(model: Model, spec: PrecisionSpec, data_digest: str | None,
+                  labels_digest: str | None = None) -> dict[str, Any]:
     parity = model.gate.parity
     outputs = sorted(set(parity.per_output) | set(model.classifier_outputs))
     tolerances = {"engine": resolve_tolerance(parity, spec.name, "").to_json(),
                   "engine_tf32": resolve_tolerance(parity, spec.name, "", tf32=True).to_json(),
                   "per_output": {o: resolve_tolerance(parity, spec.name, o).to_json() for o in outputs}}
-    return {"data": data_inputs(parity.data, data_digest), "tolerances": tolerances,
+    return {"data": data_inputs(parity.data, data_digest, labels_digest), "tolerances": tolerances,
             "classifier_outputs": dict(sorted(model.classifier_outputs.items())), "model": _model_inputs(model),
             "task": task_inputs(model, spec), "drift": drift_inputs(model.gate.drift, "parity")}
 

@@ -235,6 +235,10 @@ _EXPLICIT: dict[str, KeyRule] = {
         "the parity dataset, by content digest (gate_inputs.parity.data.digest)", _PARITY_CELLS),
     "models[].gate.parity.data.samples": _gate(
         "how many parity samples are compared (gate_inputs.parity.data.samples)", _PARITY_CELLS),
+    "models[].gate.parity.data.labels": _gate(
+        "the labels of the parity images, by content digest (gate_inputs.parity.data.labels)",
+        Cells("every cell of the model, while parity is enabled and reads a dataset", gates=_PARITY,
+              parity_data="path")),
     "models[].gate.parity.data.seed": _gate(
         "seeds random parity inputs (gate_inputs.parity.data.seed; a dataset ignores it)",
         Cells("every cell of the model, while parity is enabled and draws random data", gates=_PARITY,

@@ -76,6 +76,8 @@ class DataSource:
     preprocess: Preprocess | None = None
     samples: int = 8
     seed: int = 0
+    # parity only: each image's expected answer (a file, or a folder of YOLO labels); task metrics against labels
+    labels: str | None = None
 
 
 @dataclass(frozen=True)

@@ -348,8 +348,10 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             pk_gate = (id(gmodel), spec.name)
             if pk_gate not in parity_cache:
                 parity_path = gmodel.gate.parity.data.path
+                labels_path = gmodel.gate.parity.data.labels
                 parity_cache[pk_gate] = parity_inputs(
-                    gmodel, spec, inputs.data_digests.get(parity_path) if parity_path else None
+                    gmodel, spec, inputs.data_digests.get(parity_path) if parity_path else None,
+                    inputs.data_digests.get(labels_path) if labels_path else None
                 ) if gmodel.gate.parity.enabled else None
             if id(gmodel) not in bench_cache:
                 bench_cache[id(gmodel)] = (benchmark_inputs(gmodel, gmodel.gate.benchmark)

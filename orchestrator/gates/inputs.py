@@ -21,15 +21,15 @@ This module reads files (dataset loading) but imports nothing beyond numpy and, 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from orchestrator.core.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
-from orchestrator.errors import GateError
+from orchestrator.errors import GateError, OrchestratorError
 
 CaseLabel = Literal["min", "opt", "max", "random"]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
@@ -43,6 +43,8 @@ class InputCase:
     label: str
     shapes: dict[str, tuple[int, ...]]
     samples: tuple[dict[str, np.ndarray], ...]
+    # each row's expected answer (every sample's batch rows, in order) when the dataset is labelled
+    labels: tuple[Any, ...] | None = None
 
 
 def profile_of(model: Model, profile: str) -> dict[str, ProfileShapes]:
@@ -191,18 +193,26 @@ def benchmark_inputs(model: Model, profile: str, points: Sequence[str],
     return out
 
 
-def gate_cases(model: Model, profile: str, data: DataSource | None = None) -> list[InputCase]:
-    """The parity cases for ``profile``: the dataset when the manifest names one, else random min/opt/max."""
+# How a task plugin reads a labels file: (path, [(image file name, (width, height))], the model input's (height,
+# width)) -> each image's expected answer, in order, in the model input's coordinates (``contracts.task``).
+LabelsReader = Callable[[str, Sequence[tuple[str, tuple[int, int]]], tuple[int, int]], Sequence[Any]]
+
+
+def gate_cases(model: Model, profile: str, data: DataSource | None = None,
+               read_labels: LabelsReader | None = None) -> list[InputCase]:
+    """The parity cases for ``profile``: the dataset when the manifest names one, else random min/opt/max.
+    ``read_labels``: the model's task plugin's, when ``data.labels`` names a labels file."""
     data = data or model.gate.parity.data
     if data.path is None:
         return random_cases(model, profile, data)
-    return [load_dataset(model, profile, data)]
+    return [load_dataset(model, profile, data, read_labels)]
 
 
 # -- dataset loading ------------------------------------------------------------------------------------------
 
 
-def load_dataset(model: Model, profile: str, data: DataSource) -> InputCase:
+def load_dataset(model: Model, profile: str, data: DataSource,
+                 read_labels: LabelsReader | None = None) -> InputCase:
     assert data.path is not None, "load_dataset needs a dataset path (gate_cases draws random cases otherwise)"
     root = Path(data.path)
     if not root.exists():
@@ -215,17 +225,23 @@ def load_dataset(model: Model, profile: str, data: DataSource) -> InputCase:
             raise GateError(f"{model.name}: {root} holds no .npy/.npz files or images",
                             hint=f"supported: {', '.join(ARRAY_SUFFIXES + IMAGE_SUFFIXES)}")
     images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
+    labels = None
     if images:
-        samples = _image_samples(model, profile, images, data)
+        samples, chosen, input_hw = _image_samples(model, profile, images, data)
+        if data.labels is not None:
+            labels = _read_labels(model, data.labels, chosen, input_hw, read_labels)
     else:
         samples = [_array_sample(model, p) for p in files[: max(1, data.samples)]]
+        if data.labels is not None:
+            raise GateError(f"{model.name}: labels {data.labels} label images, and {root} holds arrays",
+                            hint="point gate.parity.data.path at the image folder, or drop labels")
     shapes = {name: tuple(arr.shape) for name, arr in samples[0].items()}
     for sample in samples[1:]:
         other = {name: tuple(arr.shape) for name, arr in sample.items()}
         if other != shapes:
             shapes = {name: () for name in shapes}  # mixed shapes: recorded per sample by the runner
             break
-    return InputCase("dataset", shapes, tuple(samples))
+    return InputCase("dataset", shapes, tuple(samples), labels)
 
 
 def _array_sample(model: Model, path: Path) -> dict[str, np.ndarray]:
@@ -250,7 +266,10 @@ def _array_sample(model: Model, path: Path) -> dict[str, np.ndarray]:
         return {n: npz[n].astype(dtypes[n], copy=False) for n in names}
 
 
-def _image_samples(model: Model, profile: str, images: list[Path], data: DataSource) -> list[dict[str, np.ndarray]]:
+def _image_samples(model: Model, profile: str, images: list[Path], data: DataSource
+                   ) -> tuple[list[dict[str, np.ndarray]], list[tuple[str, tuple[int, int]]], tuple[int, int]]:
+    """The samples (batches of the opt batch), each chosen image's (name, (width, height)) and the input's
+    (height, width)."""
     if len(model.inputs) != 1:
         raise GateError(f"{model.name}: an image folder feeds a single-input model; this one has "
                         f"{len(model.inputs)}", hint="store samples as .npz files instead")
@@ -266,8 +285,31 @@ def _image_samples(model: Model, profile: str, images: list[Path], data: DataSou
         raise GateError(f"{model.name}: {len(images)} images is less than one batch of {batch}",
                         hint="add images or lower the profile's opt batch")
     chosen = images[: min(needed, len(images) - len(images) % batch)]
-    arrays = [preprocess_image(decode_image(p), pre, hw) for p in chosen]
-    return [{spec.name: np.stack(arrays[i: i + batch])} for i in range(0, len(arrays), batch)]
+    decoded = [(p, decode_image(p)) for p in chosen]
+    arrays = [preprocess_image(rgb, pre, hw) for _, rgb in decoded]
+    names = [(p.name, (int(rgb.shape[1]), int(rgb.shape[0]))) for p, rgb in decoded]
+    samples = [{spec.name: np.stack(arrays[i: i + batch])} for i in range(0, len(arrays), batch)]
+    return samples, names, (int(hw[0]), int(hw[1]))
+
+
+def _read_labels(model: Model, path: str, images: Sequence[tuple[str, tuple[int, int]]], input_hw: tuple[int, int],
+                 read_labels: LabelsReader | None) -> tuple[Any, ...]:
+    """Each chosen image's expected answer, read by the model's task plugin."""
+    kind = model.task.kind if model.task is not None else None
+    if read_labels is None:
+        raise GateError(f"{model.name}: gate.parity.data.labels is set, but task {kind!r} reads no labels",
+                        hint="drop labels, or use a task that reads them (classification, ctc, detection)")
+    try:
+        found = list(read_labels(path, images, input_hw))
+    except OrchestratorError:
+        raise
+    except Exception as e:  # a plugin's own failure reading a user's file: name both
+        raise GateError(f"{model.name}: cannot read labels {path} for task {kind!r}: {type(e).__name__}: {e}",
+                        hint="check the labels file's format (docs/gates.md, \"Labels\")") from e
+    if len(found) != len(images):
+        raise GateError(f"{model.name}: labels {path} gave {len(found)} answers for {len(images)} images",
+                        hint="one label per image of the dataset")
+    return tuple(found)
 
 
 def decode_image(path: Path) -> np.ndarray:

@@ -86,7 +86,8 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
         outputs.append(compare_output(name, pairs, tol, classifier_k=model.classifier_outputs.get(name)))
     task_verdict = None
     if task is not None and model.task is not None and not reasons:
-        task_verdict = evaluate_task(model, task, ref_outputs, eng_outputs, thresholds or {}, case.label)
+        task_verdict = evaluate_task(model, task, ref_outputs, eng_outputs, thresholds or {}, case.label,
+                                     labels=case.labels)
     return CaseVerdict(case.label, case.shapes, len(case.samples), tuple(outputs), tuple(reasons), task_verdict,
                        tensor_gated=model.gate.parity.tensor)
 

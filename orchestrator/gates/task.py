@@ -8,6 +8,7 @@ engine outputs are the ones the tensor comparison already computed, so a task me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,11 +55,14 @@ def judge(spec: TaskSpec, metrics: Mapping[str, float], thresholds: Mapping[str,
 
 def evaluate_task(model: Model, task: TaskMetric, reference: Sequence[Mapping[str, np.ndarray]],
                   engine: Sequence[Mapping[str, np.ndarray]], thresholds: Mapping[str, float],
-                  case: str) -> TaskVerdict:
+                  case: str, labels: Sequence[Any] | None = None) -> TaskVerdict:
+    """The plugin's metrics on one case (``labels``: each row's expected answer, when the dataset is labelled),
+    judged against the thresholds."""
     spec = model.task
     assert spec is not None
     try:
-        metrics = task.evaluate(reference, engine, spec)
+        metrics = task.evaluate(reference, engine, spec, labels) if labels is not None else \
+            task.evaluate(reference, engine, spec)
     except OrchestratorError:
         raise
     except Exception as e:  # a plugin's own failure: name it and the case, the gate cannot judge

@@ -95,7 +95,8 @@ def _data(raw: dict | None, base_dir: str) -> DataSource | None:
             scale=float(pre.get("scale", 1.0 / 255.0)), layout=pre.get("layout", "NCHW"),
             dtype=pre.get("dtype", "float32"), color=pre.get("color", "RGB"))
     return DataSource(path=_abs(base_dir, raw["path"]) if "path" in raw else None, preprocess=preprocess,
-                      samples=raw.get("samples", 8), seed=raw.get("seed", 0))
+                      samples=raw.get("samples", 8), seed=raw.get("seed", 0),
+                      labels=_abs(base_dir, raw["labels"]) if "labels" in raw else None)
 
 
 def _tolerance(raw: dict) -> Tolerance:

@@ -106,6 +106,15 @@ def _file_findings(models, targets) -> list[Finding]:
             if data is not None and data.path is not None and not os.path.exists(data.path):
                 out.append(Finding(dpath, f"data path not found: {data.path}",
                                    "a folder of .npy/.npz files or images, or one .npz file"))
+        labels = model.gate.parity.data.labels
+        lpath = ("models", i, "gate", "parity", "data", "labels")
+        if labels is not None and model.gate.parity.data.path is None:
+            out.append(Finding(lpath, "labels need the images they label",
+                               "set gate.parity.data.path to the image folder the labels name"))
+        elif labels is not None and not os.path.exists(labels):
+            out.append(Finding(lpath, f"labels file not found: {labels}",
+                               "a JSON object (image name -> class or text), a name<TAB>label text file, a COCO "
+                               "instances JSON or a folder of YOLO .txt labels"))
     return out
 
 

@@ -124,7 +124,7 @@ def step_parity(task: StepTask) -> StepOutcome:
                 session = runtime.load(engine_path, engine, RuntimeOptions(
                     profile_index=index, device="cuda" if device == "cuda" else "cpu",
                     cache_dir=payload.caches / "runtime"))
-                cases = gate_cases(model, profile)
+                cases = gate_cases(model, profile, read_labels=getattr(task_metric, "read_labels", None))
                 kept = drift_case([c.label for c in cases]) if model.gate.drift.enabled else None
 
                 def sink(label: str, samples: Any, outputs: Any, profile: str = profile,

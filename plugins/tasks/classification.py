@@ -15,6 +15,7 @@ import numpy as np
 from orchestrator.contracts.task import SampleOutputs
 from orchestrator.core.model import TaskSpec
 from orchestrator.errors import GateError
+from trt_orchestrator_plugins.tasks._labels import read_answers
 from trt_orchestrator_plugins.tasks._outputs import stacked
 
 
@@ -43,6 +44,19 @@ class Classification:
                 raise GateError(f"task classification: {len(truth)} labels for {len(ref)} rows of output {name!r}")
             out["accuracy"] = float(np.mean(eng_top[:, 0] == truth))
             out["reference_accuracy"] = float(np.mean(ref_top[:, 0] == truth))
+        return out
+
+
+    def read_labels(self, path: str, images: Sequence[tuple[str, tuple[int, int]]],
+                    input_hw: tuple[int, int]) -> list[int]:
+        """A class index per image (``_labels``: a JSON object or name<TAB>index lines)."""
+        out = []
+        for (name, _), answer in zip(images, read_answers(path, images)):
+            try:
+                out.append(int(str(answer).strip()))
+            except ValueError:
+                raise GateError(f"labels {path}: {name}: the class {answer!r} is not an index",
+                                hint="classification labels are class indices (0-based)") from None
         return out
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from orchestrator.contracts.task import SampleOutputs
 from orchestrator.core.model import TaskSpec
 from orchestrator.errors import GateError
+from trt_orchestrator_plugins.tasks._labels import read_answers
 from trt_orchestrator_plugins.tasks._outputs import option, stacked
 
 Text = tuple[Any, ...]  # characters, or class indices without a charset
@@ -107,6 +108,12 @@ class CTC:
                                                              for t, e in zip(truth, eng_text)]))
             out["reference_label_text_accuracy"] = float(np.mean([t == r for t, r in zip(truth, ref_text)]))
         return out
+
+
+    def read_labels(self, path: str, images: Sequence[tuple[str, tuple[int, int]]],
+                    input_hw: tuple[int, int]) -> list[str]:
+        """The text of each image (``_labels``: PP-OCR's name<TAB>text lines, or a JSON object)."""
+        return [str(answer) for answer in read_answers(path, images)]
 
 
 ctc = CTC()

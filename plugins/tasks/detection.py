@@ -166,6 +166,11 @@ def _outputs_named(spec: TaskSpec, reference: Sequence[SampleOutputs], engine: S
 
 class Detection:
     name = "detection"
+
+    def read_labels(self, path: str, images: Sequence[tuple[str, tuple[int, int]]],
+                    input_hw: tuple[int, int]) -> list[list[LabelBox]]:
+        """Ground-truth boxes per image (COCO JSON or YOLO folder) in the model input's pixels."""
+        return labels_in_input(path, images, input_hw)
     metrics = ("box_recall", "box_precision", "reference_boxes", "engine_boxes", "map50", "map50_95",
                "reference_map50")
 
@@ -401,6 +406,20 @@ def _coco_json(file: Path, image_names: Sequence[str], contiguous: bool) -> list
             raise GateError(f"labels {file}: no image {name!r} among its {len(data['images'])} images",
                             hint="the labels must list every image of the data set (file_name)")
         out.append(by_image.get(image_id, []))
+    return out
+
+
+def labels_in_input(path: str, images: Sequence[tuple[str, tuple[int, int]]],
+                    input_hw: tuple[int, int]) -> list[list[LabelBox]]:
+    """``load_labels`` for the dataset's images, scaled from each image's pixels to the model input's (the gate's
+    preprocessing resizes without letterboxing, so x scales by input width / image width, y likewise)."""
+    names = [name for name, _ in images]
+    sizes = {name: size for name, size in images}
+    height, width = input_hw
+    out = []
+    for (_, (w, h)), boxes in zip(images, load_labels(path, names, sizes)):
+        sx, sy = width / float(w), height / float(h)
+        out.append([(x0 * sx, y0 * sy, x1 * sx, y1 * sy, cls) for x0, y0, x1, y1, cls in boxes])
     return out
 
 

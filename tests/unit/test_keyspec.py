@@ -247,7 +247,7 @@ models:
     calibration: {{path: ../data/calib, samples: 16, seed: 3, preprocess: {PREPROCESS}}}
     gate:
       parity:
-        data: {{path: ../data/parity, samples: 4}}
+        data: {{path: ../data/parity, samples: 4, labels: ../data/labels.json}}
         tolerances: {{int8: {TOLERANCE}}}
         per_output: {{y: {TOLERANCE}}}
         enabled: true
@@ -340,7 +340,7 @@ manifest_version: 1
 defaults:
   precisions: [fp32]
   builder_options: {{timing_cache: true}}
-  gate: {{parity: {{data: {{path: ../data/parity2}}}}}}
+  gate: {{parity: {{data: {{path: ../data/parity2, labels: ../data/labels.json}}}}}}
 models:
   - name: tiny
     version: "2.0"
@@ -361,7 +361,8 @@ targets:
   - {{name: l4, builder: tensorrt, builder_version: "10.13.3.9", compute_capability: "8.9",
       toolchain: {{kind: container, image: "nvcr.io/nvidia/tensorrt:25.10-py3"}}}}
   - {{name: rtx, builder: tensorrt-rtx, builder_version: "1.7.1.116", compute_capabilities: ["8.9", "12.0"],
-     toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS}}}}}}}}}
+     toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS},
+                                                    labels: ../data/labels2.json}}}}}}}}
   - {{name: h100-triton, builder: tensorrt, serve: "triton:25.11", compute_capability: "9.0"}}
 """
 
@@ -418,9 +419,9 @@ class Project:
         manifest = sources.localize([manifest], self.root / "cache")[0]
         models = {m.source.path: sources.model_digest(m, self.digests) for m in manifest.models}
         gates = [m.gate for m in manifest.models] + [g for _, g in manifest.cell_gates]  # targets' own too
-        data = {d.path: self.digests.data_digest(d.path)
-                for d in [m.calibration for m in manifest.models] + [g.parity.data for g in gates]
-                if d is not None and d.path is not None}
+        sources_of_data = [m.calibration for m in manifest.models] + [g.parity.data for g in gates]
+        data = {path: self.digests.data_digest(path)
+                for d in sources_of_data if d is not None for path in (d.path, d.labels) if path is not None}
         return resolve([manifest], ResolveInputs(model_digests=models, data_digests=data), capabilities)
 
     def base(self, name: str, text: str) -> Base:
@@ -444,6 +445,8 @@ def project(tmp_path_factory) -> Project:
     _npy(root / "data" / "calib2", [0.1, 0.3])  # one sample changed
     _npy(root / "data" / "parity", [0.5, 0.6])
     _npy(root / "data" / "parity2", [0.5, 0.7])
+    (root / "data" / "labels.json").write_text('{"a.jpg": 1}')
+    (root / "data" / "labels2.json").write_text('{"a.jpg": 2}')
     p = Project(root)
     det_sha = hashlib.sha256((root / "models" / "det.onnx").read_bytes()).hexdigest()
     cls_sha = hashlib.sha256((root / "models" / "cls.onnx").read_bytes()).hexdigest()
@@ -628,6 +631,8 @@ PREPARED: dict[str, Prepared] = {
          "hf://acme/cls/cls.onnx"]),
     "models[].calibration.path": lambda cur, data, occ: st.sampled_from(DATA_DIRS),
     "models[].gate.parity.data.path": lambda cur, data, occ: st.sampled_from(DATA_DIRS),
+    "models[].gate.parity.data.labels": lambda cur, data, occ: st.sampled_from(
+        ["../data/labels.json", "../data/labels2.json"]),
     "models[].inputs.*.shape": lambda cur, data, occ: _one_changed(cur, st.sampled_from(["N", "B", "H", 1, 2, 3, 8])),
     **{f"models[].inputs.*.profiles.*.{w}": (lambda cur, data, occ: _one_changed(cur, _DIMS))
        for w in ("min", "opt", "max")},
