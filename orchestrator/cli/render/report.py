@@ -202,6 +202,121 @@ def drift_bars_svg(drift: dict | None, *, width: int = 260) -> str:
             f'aria-label="p50 against the drift baseline">{"".join(rows)}</svg>')
 
 
+# -- per-model plots: latency per target and precision, accuracy against latency ------------------------------
+
+# The task metric a scatter plots, first found wins (labels first: the user's own answers); without a task the
+# tensor agreement of the worst output stands in.
+ACCURACY_METRICS = ("accuracy", "map50", "label_text_accuracy", "label_mask_iou", "top1_agreement", "text_accuracy",
+                    "box_recall", "mask_iou")
+_PRECISION_COLOURS = {"fp32": "#0969da", "fp16": "#1a7f37", "bf16": "#8250df", "int8": "#bf8700", "fp8": "#cf222e"}
+
+
+def accuracy_of(s: dict) -> tuple[str, float] | None:
+    """(metric name, value) of a cell summary for the accuracy axis; None when the cell has neither."""
+    for name in ACCURACY_METRICS:
+        if name in s["task"]:
+            return name, float(s["task"][name])
+    rel = [o["rel_l2"] for o in s["outputs"] if o.get("rel_l2") is not None and math.isfinite(o["rel_l2"])]
+    return ("1 - rel-L2 (worst output)", 1.0 - max(rel)) if rel else None
+
+
+def latency_chart_svg(points: Sequence[tuple[str, str, float, float | None]], *, width: int = 560) -> str:
+    """One model's p50 (bar) and p95 (tick) per (target, precision), grouped by target; empty without points."""
+    if not points:
+        return ""
+    targets = list(dict.fromkeys(t for t, _, _, _ in points))
+    precisions = list(dict.fromkeys(p for _, p, _, _ in points))
+    top = max(max(p50, p95 or 0.0) for _, _, p50, p95 in points) or 1.0
+    plot_h, left, bottom = 120, 44, 34
+    group_w = (width - left) / len(targets)
+    bar_w = max(4.0, min(28.0, (group_w - 10) / len(precisions)))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{plot_h + bottom + 16}" role="img" '
+             f'aria-label="latency per target and precision">',
+             f'<text x="0" y="10" font-size="10" fill="#57606a">{_fmt_ms(top)} ms</text>',
+             f'<line x1="{left}" y1="{plot_h + 8}" x2="{width}" y2="{plot_h + 8}" stroke="#d0d7de"/>']
+    by_key = {(t, p): (p50, p95) for t, p, p50, p95 in points}
+    for i, target in enumerate(targets):
+        x0 = left + i * group_w
+        for j, precision in enumerate(precisions):
+            if (target, precision) not in by_key:
+                continue
+            p50, p95 = by_key[(target, precision)]
+            h = plot_h * p50 / top
+            x = x0 + 4 + j * bar_w
+            colour = _PRECISION_COLOURS.get(precision, "#57606a")
+            parts.append(f'<rect x="{x:.1f}" y="{plot_h + 8 - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
+                         f'fill="{colour}"><title>{html.escape(f"{target} {precision}: p50 {p50:.3g} ms")}'
+                         f'</title></rect>')
+            if p95 is not None:
+                y = plot_h + 8 - plot_h * p95 / top
+                parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x + bar_w - 2:.1f}" y2="{y:.1f}" '
+                             f'stroke="#cf222e" stroke-width="2"/>')
+        parts.append(f'<text x="{x0 + 4:.1f}" y="{plot_h + 22}" font-size="10">{html.escape(target)}</text>')
+    for j, precision in enumerate(precisions):
+        colour = _PRECISION_COLOURS.get(precision, "#57606a")
+        parts.append(f'<rect x="{left + j * 60}" y="{plot_h + bottom + 4}" width="8" height="8" fill="{colour}"/>'
+                     f'<text x="{left + j * 60 + 11}" y="{plot_h + bottom + 12}" font-size="10">'
+                     f'{html.escape(precision)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def accuracy_scatter_svg(points: Sequence[tuple[str, str, float, float]], metric: str, *,
+                         width: int = 360, height: int = 180) -> str:
+    """One model's cells as points: p50 (x) against ``metric`` (y), coloured by precision; empty without points."""
+    if not points:
+        return ""
+    xs, ys = [p[2] for p in points], [p[3] for p in points]
+    x_hi = max(xs) * 1.1 or 1.0
+    y_lo = min(min(ys), 0.9) if min(ys) > 0 else min(ys)
+    y_hi = max(max(ys), 1.0)
+    span = (y_hi - y_lo) or 1.0
+    left, top, plot_w, plot_h = 40, 8, width - 52, height - 40
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{html.escape(metric, quote=True)} against p50 latency">',
+             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d0d7de"/>',
+             f'<text x="0" y="{top + 8}" font-size="9" fill="#57606a">{y_hi:.3g}</text>',
+             f'<text x="0" y="{top + plot_h}" font-size="9" fill="#57606a">{y_lo:.3g}</text>',
+             f'<text x="{left}" y="{height - 4}" font-size="9" fill="#57606a">p50 ms (0 .. {x_hi:.3g}) · '
+             f'{html.escape(metric)}</text>']
+    for target, precision, x, y in points:
+        cx = left + plot_w * x / x_hi
+        cy = top + plot_h * (1 - (y - y_lo) / span)
+        colour = _PRECISION_COLOURS.get(precision, "#57606a")
+        label = f"{target} {precision}: p50 {x:.3g} ms, {metric} {y:.4g}"
+        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{colour}"><title>{html.escape(label)}'
+                     f'</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def model_plots(cells: Sequence[dict], summaries: dict[int, dict]) -> list[dict]:
+    """Per model: the latency chart and the accuracy-vs-latency scatter of its cells that have figures."""
+    models: dict[str, list[dict]] = {}
+    for cell in cells:
+        models.setdefault(str(cell.get("model", "")), []).append(cell)
+    out = []
+    for model, mine in models.items():
+        latency, scatter, metrics = [], [], []
+        for cell in mine:
+            s = summaries[id(cell)]
+            if s["p50_ms"] is None:
+                continue
+            target, precision = str(cell.get("target", "")), str(cell.get("precision", ""))
+            latency.append((target, precision, float(s["p50_ms"]), s["p95_ms"]))
+            acc = accuracy_of(s)
+            if acc is not None:
+                metrics.append(acc[0])
+                scatter.append((target, precision, float(s["p50_ms"]), acc[1]))
+        if not latency:
+            continue
+        metric = max(set(metrics), key=metrics.count) if metrics else ""
+        points = [p for p, m in zip(scatter, metrics) if m == metric]
+        out.append({"model": model, "latency": latency_chart_svg(latency), "metric": metric,
+                    "scatter": accuracy_scatter_svg(points, metric) if points else ""})
+    return out
+
+
 # -- inline SVG -----------------------------------------------------------------------------------------------
 
 
@@ -323,6 +438,7 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
         counts[s["status"]] = counts.get(s["status"], 0) + 1
     page = env.get_template("report.html.j2").render(
         title=title, targets=targets, rows=rows, counts=counts, colours=STATUS_COLOURS,
+        plots=model_plots(list(cells), summaries),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
