@@ -11,7 +11,7 @@ from orchestrator.cli.plan_cmds import one_line
 from orchestrator.cli.registry_cmds import registry_from, registry_option
 from orchestrator.errors import UsageError
 
-GPUS_HELP = ("The deployment's GPUs as compute capabilities: sm75,sm86,8.9 (repeatable; 'none' for no GPU)"
+GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9 ('none' for no GPU)"
              "{auto}.")
 RUNTIME_HELP = ("The deployment's runtime: trt10.13[.3.9], ort1.31, or its serving stack: triton:25.01, "
                 "ngc-tensorrt:25.01, jetpack:6.2 (resolved to the exact TensorRT it ships){default}.")
@@ -30,7 +30,7 @@ def _rejections(missing) -> None:
 @click.option("--all", "pull_all", is_flag=True,
               help="Fill a directory for a deployment: every named model (none: every model in the registry) for "
                    "every GPU in --gpus, one verified file per engine (what an init container runs).")
-@click.option("--gpus", multiple=True, metavar="CCS", help=GPUS_HELP.format(auto=", with --all"))
+@click.option("--gpus", multiple=True, metavar="CCS", help=GPUS_HELP.format(auto="; with --all, repeatable"))
 @click.option("--version", "version", default=None, help="A model version [default: latest].")
 @click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
 @click.option("--profile", default=None, help="Profile set name.")
