@@ -47,7 +47,7 @@ def test_unknown_release_is_a_manifest_error_listing_the_known_ones(project):
     proc = run("validate", "m.yaml", cwd=project)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "m.yaml:26:12: targets[2].serve: unknown triton release '27.01'" in proc.stderr, proc.stderr
-    assert "known triton releases: 24.04, 24.05" in proc.stderr
+    assert "known triton releases: 23.05, 24.02, 24.04, 24.05" in proc.stderr
 
 
 def test_a_builder_version_that_disagrees_is_refused(project):

@@ -82,7 +82,7 @@ def test_export_refuses_an_unknown_serving_release_and_a_runtime_triton_cannot_s
     proc = orchestrate("export", "triton", "orientation", "--repo", str(root / "r2"), "--manifest", str(manifest),
                        "--runtime", "triton:27.01", cache=cache, check=False)
     assert proc.returncode == 2 and "unknown triton release '27.01'" in proc.stderr
-    assert "known triton releases: 24.04" in proc.stderr and "Traceback" not in proc.stderr
+    assert "known triton releases: 23.05, 24.02, 24.04" in proc.stderr and "Traceback" not in proc.stderr
     assert not (root / "r2").exists()
     rtx = orchestrate("export", "triton", "orientation", "--repo", str(root / "r2"), "--manifest", str(manifest),
                       "--runtime", "rtx1.7", cache=cache, check=False)
