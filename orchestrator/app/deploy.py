@@ -15,7 +15,6 @@ Around the runtime's answer, rules every runtime shares:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from orchestrator.core.query import latest_version, select
 from orchestrator.core.select import Compat, rank_candidates
 from orchestrator.core.serving import is_serving, resolve_serving
 from orchestrator.core.versions import parse_cc, parse_version, version_text
+from orchestrator.digests import hash_file
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, NoCompatibleEngineError, PluginError, UsageError
 
 
@@ -412,13 +412,7 @@ def cc_label(cc: str | None) -> str:
 
 def file_digest(path: Path) -> str | None:
     """``sha256:<hex>`` of a file, or None when there is no such file."""
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return f"sha256:{h.hexdigest()}"
+    return hash_file(str(path))[0] if path.is_file() else None
 
 
 def install_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:

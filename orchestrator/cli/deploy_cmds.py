@@ -78,7 +78,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
             return
         for e in result.engines:
             console().print(Text(f"{e.status:9} {one_line(str(e.path))}  {e.digest[:19]}  "
-                                 f"{', '.join(cc_label for cc_label in e.to_json()['gpus'])}  "
+                                 f"{', '.join(e.to_json()['gpus'])}  "
                                  f"({one_line(e.address)})"))
         console().print(Text(f"{len(result.engines)} engine(s) for {len(set(e.model for e in result.engines))} "
                              f"model(s) in {one_line(str(result.out))}"

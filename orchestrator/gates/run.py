@@ -292,17 +292,18 @@ def _mib(n: int | float | None) -> float | None:
     return None if n is None else float(n) / 2**20
 
 
-def probe_memory(session: Session, label: str, feeds: Mapping[str, np.ndarray], settings: BenchmarkGate,
+def probe_memory(session: Session | None, label: str, feeds: Mapping[str, np.ndarray], settings: BenchmarkGate,
                  engine_bytes: int | None = None, measured: int | None = None) -> dict:
     """Device memory at the profile's ``max`` shape (one untimed run, unless the benchmark timed that shape already
-    and measured it: ``measured``) and the engine's size, judged against ``max_device_memory_mib``. An engine that
-    runs out of memory there fails, naming the shape; one that fails otherwise too. CPU runtimes report no device
-    memory: noted, not judged."""
+    and measured it: ``measured``; then no session is needed) and the engine's size, judged against
+    ``max_device_memory_mib``. An engine that runs out of memory there fails, naming the shape; one that fails
+    otherwise too. CPU runtimes report no device memory: noted, not judged."""
     shapes = {k: [int(d) for d in np.shape(v)] for k, v in feeds.items()}
     out: dict = {"shape": label, "input_shapes": shapes, "device_memory_bytes": measured,
                  "engine_bytes": engine_bytes, "threshold_mib": settings.max_device_memory_mib, "reasons": [],
                  "notes": []}
     if measured is None:
+        assert session is not None, "probe_memory runs the max shape: it needs a session"
         try:
             timing = session.benchmark(feeds, warmup=0, iterations=1, time_budget_s=None)
             out["device_memory_bytes"] = timing.device_memory_bytes

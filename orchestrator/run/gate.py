@@ -206,18 +206,20 @@ def _drift_log(drift: dict[str, Any]) -> list[str]:
 def _memory_checks(session_for: Callable[[], Session], engine: EngineDescriptor, model: Model, profile: str,
                    verdict: BenchmarkVerdict, device: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Device memory at the max profile shape (GPU engines: measured, an OOM fails naming the shape; CPU engines:
-    the engine size only) and the optional soak. A fresh session each, so the timed one's state does not carry."""
+    the engine size only) and the optional soak. A fresh session each (none when the timed max run measured the
+    memory already), so the timed one's state does not carry."""
     settings = model.gate.benchmark
     memory: dict[str, Any] | None = None
     timed_max = verdict.shape("max")
     if device == "cuda" and not verdict.noisy:
         measured = timed_max.device_memory_bytes if timed_max is not None else None
-        session = session_for()
+        session = session_for() if measured is None else None  # the timed max run measured it already
         try:
             memory = probe_memory(session, "max", benchmark_inputs(model, profile, ("max",))["max"], settings,
                                   engine_bytes=engine.size, measured=measured)
         finally:
-            session.close()
+            if session is not None:
+                session.close()
     else:
         memory = {"shape": None, "input_shapes": None, "device_memory_bytes": None, "engine_bytes": engine.size,
                   "threshold_mib": settings.max_device_memory_mib, "status": "passed", "reasons": [],

@@ -113,3 +113,8 @@ def test_resident_bytes_reads_this_process():
     block = np.ones(64 * 2**20, dtype=np.uint8)  # touched: resident
     assert resident_bytes() - before >= 60 * 2**20
     del block
+
+
+def test_no_session_is_needed_when_the_timed_max_run_measured_it():
+    out = probe_memory(None, "max", FEEDS, BenchmarkGate(max_device_memory_mib=4), measured=3 * 2**20)
+    assert out["status"] == "passed" and out["device_memory_bytes"] == 3 * 2**20
