@@ -51,20 +51,50 @@ def cosine_similarity(engine: np.ndarray, reference: np.ndarray) -> float:
 def topk_agreement(engine: np.ndarray, reference: np.ndarray, k: int) -> float:
     """Mean over rows (all axes but the last) of ``|topk(engine) ∩ topk(reference)| / k``.
 
-    With ``k == 1`` this is top-1 agreement: the fraction of rows whose argmax is the same.
+    With ``k == 1`` this is top-1 agreement: the fraction of rows whose argmax is the same. Ties go to the lower
+    index, as a stable descending sort would order them; NaN ranks below every number.
     """
-    a = np.asarray(engine, dtype=np.float64)
-    b = np.asarray(reference, dtype=np.float64)
+    a, b = _floating(engine), _floating(reference)
     if a.ndim == 0 or a.shape[-1] == 0:
         raise ValueError("top-k agreement needs a class axis (the last one)")
     k = max(1, min(int(k), a.shape[-1]))
     a2 = a.reshape(-1, a.shape[-1])
     b2 = b.reshape(-1, b.shape[-1])
-    # NaN sorts last in argsort; negate so the largest come first, NaN stays last either way.
-    top_a = np.argsort(-a2, axis=-1, kind="stable")[:, :k]
-    top_b = np.argsort(-b2, axis=-1, kind="stable")[:, :k]
-    hits = [len(set(x.tolist()) & set(y.tolist())) for x, y in zip(top_a, top_b)]
-    return float(np.mean(hits) / k) if hits else 1.0
+    if a2.shape[0] == 0:
+        return 1.0
+    if k == 1 and not (_has_nan(a2) or _has_nan(b2)):
+        return float(np.mean(np.argmax(a2, axis=-1) == np.argmax(b2, axis=-1)))
+    hits = np.count_nonzero(_top_mask(a2, k) & _top_mask(b2, k), axis=-1)
+    return float(np.mean(hits) / k)
+
+
+def _floating(x: np.ndarray) -> np.ndarray:
+    """Floats as they are (their order is the same in float64); other dtypes as float64, which negates safely."""
+    x = np.asarray(x)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    return x.dtype.kind == "f" and bool(np.isnan(x).any())
+
+
+def _top_mask(x: np.ndarray, k: int) -> np.ndarray:
+    """Per row of ``x`` (rows × classes), which classes a stable descending sort puts among the first ``k``:
+    the values above the k-th largest, then the tied ones lowest index first. A selection mask, not a sort:
+    O(classes) per row."""
+    if k >= x.shape[-1]:
+        return np.ones(x.shape, dtype=bool)
+    if _has_nan(x):  # NaN sorts after every number: rank the rows the slow, exact way
+        order = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+        mask = np.zeros(x.shape, dtype=bool)
+        np.put_along_axis(mask, order, True, axis=-1)
+        return mask
+    kth = -np.partition(-x, k - 1, axis=-1)[:, k - 1:k]
+    above = x > kth
+    tied = x == kth
+    room = k - np.count_nonzero(above, axis=-1, keepdims=True)
+    selected: np.ndarray = above | (tied & (np.cumsum(tied, axis=-1) <= room))
+    return selected
 
 
 def _rel_l2(diff_sq: float, ref_sq: float, floor: float) -> float:
@@ -99,7 +129,52 @@ class _Sums:
     top1_hits: float = 0.0
     topk_hits: float = 0.0
     gated_hits: float = 0.0
-    worst: list = field(default_factory=list)  # heap of (ratio, tiebreak, WorstElement)
+    worst: list[tuple[float, int, WorstElement]] = field(default_factory=list)  # heap: (ratio, tiebreak, element)
+
+
+def _accumulate(s: _Sums, a: np.ndarray, b: np.ndarray, tolerance: ResolvedTolerance
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Add one sample's sums to ``s``: (|a−b|, |a−b| / (atol + rtol·|b|), the finite mask or None when every
+    value is finite). Both arrays are float64."""
+    af, bf = a.ravel(), b.ravel()
+    eng_sq, ref_sq = float(np.dot(af, af)), float(np.dot(bf, bf))
+    if math.isfinite(eng_sq) and math.isfinite(ref_sq):
+        # The common case: finite sums of squares mean every value is finite (a NaN or Inf would carry into
+        # them; float64 squares of fp32/fp16 values cannot overflow). One pass per figure, in place, no masks.
+        diff = np.subtract(a, b)
+        np.abs(diff, out=diff)
+        budget = np.abs(b)
+        budget *= tolerance.rtol
+        budget += tolerance.atol
+        s.violations += int(np.count_nonzero(diff > budget))
+        flat = diff.ravel()
+        s.abs_sum += float(flat.sum())
+        s.max_abs = max(s.max_abs, float(flat.max())) if flat.size else s.max_abs
+        s.diff_sq += float(np.dot(flat, flat))
+        s.ref_sq += ref_sq
+        s.eng_sq += eng_sq
+        s.dot += float(np.dot(af, bf))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.divide(diff, budget, out=budget)  # budget > 0 unless atol == rtol == 0
+        return diff, ratio, None
+    s.nan += int(np.isnan(a).sum())
+    s.inf += int(np.isinf(a).sum())
+    s.ref_nonfinite += int((~np.isfinite(b)).sum())
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - b)
+        budget = tolerance.atol + tolerance.rtol * np.abs(b)
+        ratio = diff / budget
+    finite = np.isfinite(diff)
+    s.violations += int(np.count_nonzero(~(diff <= budget)))
+    if finite.any():
+        fd, fa, fb = diff[finite], a[finite], b[finite]
+        s.abs_sum += float(fd.sum())
+        s.max_abs = max(s.max_abs, float(fd.max()))
+        s.diff_sq += float(np.sum(fd * fd))
+        s.ref_sq += float(np.sum(fb * fb))
+        s.eng_sq += float(np.sum(fa * fa))
+        s.dot += float(np.sum(fa * fb))
+    return diff, ratio, finite
 
 
 def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], tolerance: ResolvedTolerance,
@@ -119,31 +194,13 @@ def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], to
             continue
         a = a.astype(np.float64, copy=False)
         b = b.astype(np.float64, copy=False)
-        # the common case, every value finite on both sides, skips the masks and their copies (same sums)
-        all_finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
-        if not all_finite:
-            s.nan += int(np.isnan(a).sum())
-            s.inf += int(np.isinf(a).sum())
-            s.ref_nonfinite += int((~np.isfinite(b)).sum())
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(a - b)
-            budget = tolerance.atol + tolerance.rtol * np.abs(b)
-            ratio = diff / budget  # budget > 0 unless atol == rtol == 0
-        finite = np.isfinite(diff) if not all_finite else None
         s.count += a.size
-        s.violations += int(np.count_nonzero(~(diff <= budget)))
-        if finite is None or finite.any():
-            fd, fa, fb = (diff, a, b) if finite is None else (diff[finite], a[finite], b[finite])
-            s.abs_sum += float(fd.sum())
-            s.max_abs = max(s.max_abs, float(fd.max()))
-            s.diff_sq += float(np.sum(fd * fd))
-            s.ref_sq += float(np.sum(fb * fb))
-            s.eng_sq += float(np.sum(fa * fa))
-            s.dot += float(np.sum(fa * fb))
+        diff, ratio, finite = _accumulate(s, a, b, tolerance)
         # Rank by tolerance used; non-finite errors (and 0/0 where atol == rtol == 0) rank first.
-        bad = np.isnan(ratio) if finite is None else np.isnan(ratio) | ~finite
-        if bad.any():
-            ratio = np.where(bad, np.inf, ratio)
+        if finite is not None or tolerance.atol <= 0:
+            bad = np.isnan(ratio) if finite is None else np.isnan(ratio) | ~finite
+            if bad.any():
+                ratio = np.where(bad, np.inf, ratio)
         flat = ratio.ravel()
         take = min(WORST_COUNT, flat.size)
         if take:
@@ -163,9 +220,10 @@ def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], to
         if classifier_k is not None and gated_k is not None and a.ndim >= 1 and a.shape[-1] > 0:
             rows = int(np.prod(a.shape[:-1]))
             s.rows += rows
-            s.top1_hits += topk_agreement(a, b, 1) * rows
-            s.topk_hits += topk_agreement(a, b, classifier_k) * rows
-            s.gated_hits += topk_agreement(a, b, gated_k) * rows
+            agreement = {k: topk_agreement(a, b, k) for k in {1, classifier_k, gated_k}}
+            s.top1_hits += agreement[1] * rows
+            s.topk_hits += agreement[classifier_k] * rows
+            s.gated_hits += agreement[gated_k] * rows
 
     floor = math.sqrt(s.count) * tolerance.atol
     rel_l2 = _rel_l2(s.diff_sq, s.ref_sq, floor)

@@ -116,3 +116,48 @@ def test_topk_gate_on_classifier_outputs():
 def test_shape_mismatch_fails():
     v = compare_output("y", [(np.zeros((2, 3)), np.zeros((3, 2)))], TOL)
     assert v.status == "failed" and v.reasons[0] == "sample 0: engine output shape [2, 3] != reference [3, 2]"
+
+
+def _sorted_topk(engine: np.ndarray, reference: np.ndarray, k: int) -> float:
+    """The definition, spelled out: a stable descending sort per row (NaN last), the first k, set overlap."""
+    a = np.asarray(engine, dtype=np.float64).reshape(-1, np.shape(engine)[-1])
+    b = np.asarray(reference, dtype=np.float64).reshape(-1, np.shape(reference)[-1])
+    k = max(1, min(k, a.shape[-1]))
+    top_a = np.argsort(-a, axis=-1, kind="stable")[:, :k]
+    top_b = np.argsort(-b, axis=-1, kind="stable")[:, :k]
+    return float(np.mean([len(set(x.tolist()) & set(y.tolist())) for x, y in zip(top_a, top_b)]) / k)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_topk_agreement_is_the_stable_sorts_overlap_with_ties_nan_and_integer_classes(seed):
+    # small integer values make ties the rule; NaN, -0.0, Inf and non-float dtypes take the other branches
+    rng = np.random.default_rng(seed)
+    shape = (int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.integers(1, 12)))
+    eng = rng.integers(-3, 4, size=shape).astype(np.float32)
+    ref = rng.integers(-3, 4, size=shape).astype([np.float16, np.float64, np.int64, np.uint8][seed % 4])
+    if seed % 3 == 0:
+        eng[rng.random(shape) < 0.2] = np.nan
+    if seed % 5 == 0:
+        eng[rng.random(shape) < 0.2] = -0.0
+        eng[rng.random(shape) < 0.1] = np.inf
+    for k in (1, 2, 3, 5, 50):
+        assert topk_agreement(eng, ref, k) == pytest.approx(_sorted_topk(eng, ref, k), abs=1e-12), k
+
+
+def test_compare_output_all_finite_fast_path_equals_the_masked_path():
+    # one non-finite element sends a sample down the masked path; the same finite values summed by both agree
+    rng = np.random.default_rng(3)
+    ref = rng.random((3, 50), dtype=np.float32)
+    eng = (ref + rng.normal(0, 0.05, ref.shape)).astype(np.float32)
+    fast = compare_output("y", [(eng, ref)], TOL)
+    eng_nan, ref_nan = np.concatenate([eng, [[np.nan] * 50]]), np.concatenate([ref, np.ones((1, 50), np.float32)])
+    masked = compare_output("y", [(eng_nan, ref_nan)], TOL)
+    assert masked.nan_count == 50 and fast.nan_count == 0
+    assert masked.violations == fast.violations + 50
+    assert masked.max_abs_error == fast.max_abs_error
+    assert masked.mean_abs_error * masked.elements == pytest.approx(fast.mean_abs_error * fast.elements, rel=1e-12)
+    assert (masked.rel_l2, masked.cosine) == pytest.approx((fast.rel_l2, fast.cosine), rel=1e-12)
+    # the worst elements: the NaNs first (they use every tolerance), then the fast path's own worst
+    assert [w.index[1] for w in masked.worst] == [3] * 5 and all(math.isnan(w.engine) for w in masked.worst)
+    assert fast.worst[0].tolerance_ratio == pytest.approx(
+        float(np.max(np.abs(eng.astype(np.float64) - ref) / (0.1 + 0.1 * np.abs(ref.astype(np.float64))))))
