@@ -161,3 +161,17 @@ def test_compare_output_all_finite_fast_path_equals_the_masked_path():
     assert [w.index[1] for w in masked.worst] == [3] * 5 and all(math.isnan(w.engine) for w in masked.worst)
     assert fast.worst[0].tolerance_ratio == pytest.approx(
         float(np.max(np.abs(eng.astype(np.float64) - ref) / (0.1 + 0.1 * np.abs(ref.astype(np.float64))))))
+
+
+@pytest.mark.parametrize("size", [7, 4096 * 8 - 1, 4096 * 40 + 123])
+def test_worst_elements_of_large_outputs_are_the_largest_tolerance_ratios(size):
+    # above 8 chunks of 4096 the worst five are searched chunk-wise; the tail past the last whole chunk counts too
+    rng = np.random.default_rng(size)
+    ref = rng.random(size)
+    eng = ref + rng.normal(0, 0.01, size)
+    eng[-1] += 5.0  # the biggest error sits in the tail
+    v = compare_output("y", [(eng, ref)], TOL)
+    ratio = np.abs(eng - ref) / (0.1 + 0.1 * np.abs(ref))
+    want = np.argsort(-ratio, kind="stable")[:min(5, size)]
+    assert [w.index for w in v.worst] == [(0, int(i)) for i in want]
+    assert v.worst[0].index == (0, size - 1)
