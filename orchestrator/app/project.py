@@ -91,7 +91,7 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
                 for path in (data.path, data.labels) if data else ():
                     if path and path not in data_digests and os.path.exists(path):
                         data_digests[path] = cache.data_digest(path)
-        for _, gate in man.cell_gates:  # a target's own parity data (and labels)
+        for _, gate in (*man.cell_gates, *man.rule_gates):  # a target's or a matrix rule's parity data (and labels)
             for path in (gate.parity.data.path, gate.parity.data.labels):
                 if path and path not in data_digests and os.path.exists(path):
                     data_digests[path] = cache.data_digest(path)

@@ -350,9 +350,11 @@ DEFAULT_MIRRORS: dict[str, str] = {
 }
 
 
-# A target's own `gate:` overrides the model's settings for that target's cells (``Manifest.gate_for``): each of its
-# fields reaches the keys the model's field does, on the target's cells only.
-TARGET_MIRRORS: dict[str, str] = {"targets[].gate": "models[].gate"}
+# A target's own `gate:` overrides the model's settings for that target's cells, a `matrix.include` rule's `gate:`
+# those of the cells the rule names (``Manifest.gate_for``): each of their fields reaches the keys the model's field
+# does, on those cells only.
+TARGET_MIRRORS: dict[str, str] = {"targets[].gate": "models[].gate", "matrix.include[].gate": "models[].gate"}
+_OVERRIDDEN_CELLS = {"targets[].gate": "the target's cells", "matrix.include[].gate": "the cells the rule names"}
 
 
 def _with_defaults(table: Mapping[str, KeyRule]) -> dict[str, KeyRule]:
@@ -361,7 +363,7 @@ def _with_defaults(table: Mapping[str, KeyRule]) -> dict[str, KeyRule]:
         for path, rule in table.items():
             if path.startswith(mirrored + "."):
                 out[override + path[len(mirrored):]] = replace(
-                    rule, reason=f"overrides {path} for the target's cells: {rule.reason}")
+                    rule, reason=f"overrides {path} for {_OVERRIDDEN_CELLS[override]}: {rule.reason}")
     for default, mirrored in DEFAULT_MIRRORS.items():
         for path, rule in table.items():
             if path == mirrored or path.startswith(mirrored + ".") or path.startswith(mirrored + "["):

@@ -7,6 +7,7 @@ Paths in here are already resolved to absolute paths (relative ones are relative
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -384,10 +385,20 @@ class Manifest:
     # (model name, target name) -> the gate of those cells where the target overrides it (``targets[].gate`` over
     # the model's over ``defaults.gate``, key by key); absent: the model's own gate
     cell_gates: tuple[tuple[tuple[str, str], GateSettings], ...] = ()
+    # (model, precision, profile set, target) -> the gate of that cell where `matrix.include` rules with `gate:` name
+    # it (the rules' gates, in manifest order, over the target's over the model's, key by key)
+    rule_gates: tuple[tuple[tuple[str, str, str, str], GateSettings], ...] = ()
 
-    def gate_for(self, model: Model, target: Target) -> GateSettings:
-        """The gate settings of ``model``'s cells on ``target`` (docs/manifest.md, "Gates per target")."""
-        for (m, t), gate in self.cell_gates:
-            if m == model.name and t == target.name:
+    def gate_for(self, model: Model, target: Target, precision: str | None = None,
+                 profile_set: str | None = None) -> GateSettings:
+        """The gate settings of ``model``'s cells on ``target`` (of ``precision`` and ``profile_set`` when given):
+        docs/manifest.md, "Gates per target"."""
+        if precision is not None and profile_set is not None:
+            gate = self._gates.get((model.name, precision, profile_set, target.name))
+            if gate is not None:
                 return gate
-        return model.gate
+        return self._gates.get((model.name, target.name), model.gate)
+
+    @cached_property
+    def _gates(self) -> dict[tuple[str, ...], GateSettings]:
+        return {**dict(self.cell_gates), **dict(self.rule_gates)}

@@ -338,10 +338,11 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 "salt": manifest.salt,
             }
             key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
-            # the cells' gate: the target's `gate:` over the model's (``Manifest.gate_for``), as a model with it
-            gk = (id(model), id(target))
+            # the cell's gate: matrix rules' over the target's over the model's (``Manifest.gate_for``), as a model
+            # with it; cells with the same settings object share one
+            gate = manifest.gate_for(model, target, spec.name, set_name)
+            gk = (id(model), id(gate))
             if gk not in gated_cache:
-                gate = manifest.gate_for(model, target)
                 gated_cache[gk] = model if gate is model.gate else replace(model, gate=gate)
             gmodel = gated_cache[gk]
             # gate key parts, each cached where cells share it (their JSON is then serialized once, by id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -64,6 +65,10 @@ class Converted:
     redirects: dict[Path, Path] = field(default_factory=dict)
     # (model name, target name) -> merged gate, where a target has `gate:` (``Manifest.cell_gates``)
     cell_gates: list[tuple[tuple[str, str], GateSettings]] = field(default_factory=list)
+    # (model, precision, profile set, target) -> merged gate, where `matrix.include` rules with `gate:` name the cell
+    rule_gates: list[tuple[tuple[str, str, str, str], GateSettings]] = field(default_factory=list)
+    # each target's and include rule's own `gate:` alone (manifest path of it, settings): its files are checked
+    own_gates: list[tuple[Path, GateSettings]] = field(default_factory=list)
 
 
 def _abs(base_dir: str, path: str) -> str:
@@ -353,6 +358,52 @@ def _rule(raw: dict) -> MatrixRule:
                       target=raw.get("target"))
 
 
+def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict], target_gates: dict[int, dict],
+                base_dir: str) -> list[tuple[tuple[str, str, str, str], GateSettings]]:
+    """The gate of each cell that `matrix.include` rules with `gate:` name: those rules' gates in manifest order
+    (a later rule's keys win) over the target's `gate:` over the model's, key by key. Only the (model, target) pairs
+    a gate rule can name are walked, over the model's precisions (and a rule's own) and profile sets."""
+    rules = [(i, _rule(raw), raw["gate"]) for i, raw in enumerate(includes)
+             if isinstance(raw, dict) and isinstance(raw.get("gate"), dict)]
+    for i, rule, _ in rules:
+        if rule == MatrixRule():  # `gate:` alone would name every cell: that is defaults.gate, said plainly
+            out.findings.append(Finding(("matrix", "include", i), "a matrix rule with gate: names no cells",
+                                        "give it a model, precision, profile_set or target; settings for every "
+                                        "cell go in defaults.gate"))
+    out.own_gates += [(("matrix", "include", i, "gate"), _gate(g, base_dir)) for i, _, g in rules]
+    if not rules:
+        return []
+    found: list[tuple[tuple[str, str, str, str], GateSettings]] = []
+    for model, own in zip(out.models, model_gates, strict=True):
+        if model is None:
+            continue
+        for t, target in enumerate(out.targets):
+            if target is None:
+                continue
+            named = [(i, r, g) for i, r, g in rules
+                     if r.model in (None, model.name) and r.target in (None, target.name)]
+            if not named:
+                continue
+            # a rule naming the model may add a precision it does not declare (``resolve.cells_of``); one without not
+            precisions = list(dict.fromkeys([p.name for p in model.precisions]
+                                            + [r.precision for _, r, _ in named if r.precision and r.model]))
+            merged: dict[tuple[int, ...], GateSettings] = {}  # the same rules -> one settings object
+            for precision in precisions:
+                for profile_set in model.profile_sets:
+                    hits = [(i, g) for i, r, g in named
+                            if r.precision in (None, precision) and r.profile_set in (None, profile_set)]
+                    if not hits:
+                        continue
+                    which = tuple(i for i, _ in hits)
+                    if which not in merged:
+                        gate = deep_merge(own, target_gates.get(t, {}), ("targets", t, "gate"), ("models",), {})
+                        for i, g in hits:
+                            gate = deep_merge(gate, g, ("matrix", "include", i, "gate"), ("models",), {})
+                        merged[which] = _gate(gate, base_dir)
+                    found.append(((model.name, precision, profile_set, target.name), merged[which]))
+    return found
+
+
 def _invalid(bad: set[Path], prefix: Path) -> bool:
     return any(p[:len(prefix)] == prefix for p in bad)
 
@@ -391,6 +442,7 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
                                              ("defaults", "gate"), out.redirects)}
         out.models.append(_model(raw, base_dir, path, out.findings))
         model_gates.append(raw.get("gate", {}))
+    target_gates: dict[int, dict] = {}  # a target's own `gate:`, as written
     for i, raw in enumerate(_section(data, "targets", list)):
         if defaults is None or _invalid(bad, ("targets", i)) or not isinstance(raw, dict):
             out.targets.append(None)
@@ -407,13 +459,17 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
         target = _target(raw, i, scalars, out.findings)
         out.targets.append(target)
         if target is not None and isinstance(raw.get("gate"), dict):
+            target_gates[i] = raw["gate"]
+            out.own_gates.append((path + ("gate",), _gate(raw["gate"], base_dir)))
             for model, own in zip(out.models, model_gates, strict=True):
                 if model is not None:  # the target's keys over the model's (itself over defaults'), key by key
                     merged = deep_merge(own, raw["gate"], path + ("gate",), ("models",), {})
                     out.cell_gates.append(((model.name, target.name), _gate(merged, base_dir)))
     if not _invalid(bad, ("matrix",)):
-        out.include = [_rule(r) for r in data.get("matrix", {}).get("include", ())]
+        includes = data.get("matrix", {}).get("include", ())
+        out.include = [_rule(r) for r in includes]
         out.exclude = [_rule(r) for r in data.get("matrix", {}).get("exclude", ())]
+        out.rule_gates = _rule_gates(includes, out, model_gates, target_gates, base_dir)
     if not _invalid(bad, ("registry",)):
         out.registry = _registry(data.get("registry", {}), manifest_file, out.findings)
     if not _invalid(bad, ("runners",)):

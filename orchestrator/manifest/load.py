@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from orchestrator.core.model import Manifest, Model, RegistryConfig, Target
+from orchestrator.core.model import GateSettings, Manifest, Model, RegistryConfig, Target
 from orchestrator.core.resolve import address_part, cells_of
 from orchestrator.digests import LFS_HINT, hash_file, is_lfs_pointer
 from orchestrator.errors import ManifestError, Problem
@@ -72,7 +72,7 @@ def _display_name(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _file_findings(models, targets) -> list[Finding]:
+def _file_findings(models, targets, own_gates: Sequence[tuple[Path, GateSettings]] = ()) -> list[Finding]:
     """Existence and sha256 pins of model files, and existence of data folders; done only for typed models."""
     out: list[Finding] = []
     for i, model in enumerate(models):
@@ -100,21 +100,32 @@ def _file_findings(models, targets) -> list[Finding]:
                     out.append(Finding(("models", i, "source", "sha256"),
                                        f"sha256 mismatch: the file has {actual}",
                                        "the model changed; update the pin if the new file is intended"))
-        data_paths = [(("models", i, "calibration", "path"), model.calibration),
-                      (("models", i, "gate", "parity", "data", "path"), model.gate.parity.data)]
-        for dpath, data in data_paths:
-            if data is not None and data.path is not None and not os.path.exists(data.path):
-                out.append(Finding(dpath, f"data path not found: {data.path}",
-                                   "a folder of .npy/.npz files or images, or one .npz file"))
-        labels = model.gate.parity.data.labels
-        lpath = ("models", i, "gate", "parity", "data", "labels")
-        if labels is not None and model.gate.parity.data.path is None:
-            out.append(Finding(lpath, "labels need the images they label",
+        if model.calibration is not None:
+            out += _missing_data(("models", i, "calibration", "path"), model.calibration.path)
+        gpath: Path = ("models", i, "gate")
+        unlabelled = model.gate.parity.data.labels is not None and model.gate.parity.data.path is None
+        if unlabelled:
+            out.append(Finding(gpath + ("parity", "data", "labels"), "labels need the images they label",
                                "set gate.parity.data.path to the image folder the labels name"))
-        elif labels is not None and not os.path.exists(labels):
-            out.append(Finding(lpath, f"labels file not found: {labels}",
-                               "a JSON object (image name -> class or text), a name<TAB>label text file, a COCO "
-                               "instances JSON or a folder of YOLO .txt labels"))
+        out += _gate_files(gpath, model.gate, labels=not unlabelled)
+    for gpath, gate in own_gates:  # a target's or a matrix rule's own parity data and labels
+        out += _gate_files(gpath, gate)
+    return out
+
+
+def _missing_data(path: Path, data: str | None) -> list[Finding]:
+    if data is None or os.path.exists(data):
+        return []
+    return [Finding(path, f"data path not found: {data}", "a folder of .npy/.npz files or images, or one .npz file")]
+
+
+def _gate_files(path: Path, gate: GateSettings, *, labels: bool = True) -> list[Finding]:
+    data = gate.parity.data
+    out = _missing_data(path + ("parity", "data", "path"), data.path)
+    if labels and data.labels is not None and not os.path.exists(data.labels):
+        out.append(Finding(path + ("parity", "data", "labels"), f"labels file not found: {data.labels}",
+                           "a JSON object (image name -> class or text), a name<TAB>label text file, a COCO "
+                           "instances JSON or a folder of YOLO .txt labels"))
     return out
 
 
@@ -186,7 +197,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
         findings += check(CheckInput(converted.models, converted.targets, _names(data, "models"),
                                      _names(data, "targets"), converted.include, converted.exclude),
                           capabilities=capabilities, builder_names=builder_names)
-        findings += _file_findings(converted.models, converted.targets)
+        findings += _file_findings(converted.models, converted.targets, converted.own_gates)
         if store_names is not None and converted.registry is not None and converted.registry.store is not None \
                 and converted.registry.store not in store_names:
             store = converted.registry.store
@@ -202,7 +213,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
                 registry=cast(RegistryConfig, converted.registry), runner_pools=tuple(converted.pools),
                 salt=data.get("salt", ""),
                 transform_tools=tuple(sorted(((data.get("transforms") or {}).get("tools") or {}).items())),
-                cell_gates=tuple(converted.cell_gates))
+                cell_gates=tuple(converted.cell_gates), rule_gates=tuple(converted.rule_gates))
             if builder_slug is not None:
                 manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
                                                            for t in manifest.targets))

@@ -88,3 +88,13 @@ def test_each_target_judges_its_cells_by_its_own_thresholds(tmp_path, demo_model
     assert bench["status"] == "failed"
     assert bench["verdict"]["thresholds"]["max_p95_ms"] == 0.001
     assert any("max_p95_ms 0.001" in r for r in bench["verdict"]["reasons"]), bench["verdict"]
+
+    # the same engine, the budget given by a matrix rule naming this cell (precision and target) instead of the
+    # target: judged by the rule's (docs/manifest.md "Gates per target": defaults < model < target < rule)
+    ruled = tmp_path / "ruled.yaml"
+    ruled.write_text(plain.read_text() + "matrix:\n  include:\n    - {model: orientation, precision: fp32, "
+                     "target: cpu, gate: {benchmark: {max_p95_ms: 4000}}}\n")
+    summary, proc = run_json("gate", str(ruled), "--only", CPU, cache=cache, check=False)
+    bench = _benchmark(summary, CPU)
+    assert proc.returncode == 0 and bench["status"] == "passed", proc.stdout[-3000:]
+    assert bench["verdict"]["thresholds"]["max_p95_ms"] == 4000

@@ -323,6 +323,24 @@ matrix:
     - {{model: cls, precision: fp16, profile_set: default, target: rtx}}
     - {{model: seg, target: rtx}}
     - {{precision: fp16, profile_set: small, target: a10-trtexec}}
+    # gate settings of the cells a rule names, over l4's own (every key, so each of its fields matters here)
+    - model: det
+      precision: int8
+      profile_set: small
+      target: l4
+      gate:
+        parity:
+          data: {{samples: 5, seed: 9}}
+          tolerances: {{int8: {TOLERANCE}}}
+          per_output: {{y: {TOLERANCE}}}
+          enabled: true
+          task: {THRESHOLDS}
+          task_by_precision: {{int8: {THRESHOLDS}}}
+          tensor: true
+        benchmark: {BENCHMARK}
+        drift: {DRIFT}
+        allow_ungated_publish: false
+    - {{model: seg, target: l4, gate: {{parity: {{data: {{seed: 11}}}}}}}}   # random parity data: the seed matters
 registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
            credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,
                           read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}}}}
@@ -364,6 +382,10 @@ targets:
      toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS},
                                                     labels: ../data/labels2.json}}}}}}}}
   - {{name: h100-triton, builder: tensorrt, serve: "triton:25.11", compute_capability: "9.0"}}
+matrix:
+  include:
+    - {{model: tiny, target: l4, gate: {{parity: {{data: {{path: ../data/parity2,
+         preprocess: {PREPROCESS}, labels: ../data/labels2.json}}}}}}}}
 """
 
 MODEL_FILES = ("../models/det.onnx", "../models/det2.onnx", "../models/cls.onnx", "../models/seg.onnx",
@@ -418,7 +440,8 @@ class Project:
         # url sources as load_project keys them: by their pin, at their content-addressed place (nothing fetched)
         manifest = sources.localize([manifest], self.root / "cache")[0]
         models = {m.source.path: sources.model_digest(m, self.digests) for m in manifest.models}
-        gates = [m.gate for m in manifest.models] + [g for _, g in manifest.cell_gates]  # targets' own too
+        # targets' and matrix rules' own too
+        gates = [m.gate for m in manifest.models] + [g for _, g in (*manifest.cell_gates, *manifest.rule_gates)]
         sources_of_data = [m.calibration for m in manifest.models] + [g.parity.data for g in gates]
         data = {path: self.digests.data_digest(path)
                 for d in sources_of_data if d is not None for path in (d.path, d.labels) if path is not None}
@@ -704,6 +727,7 @@ class Owner:
     kind: str  # "model", "target" or "manifest"
     name: str = ""
     precision: str | None = None  # for fields of a precisions[] entry: that entry's precision
+    selectors: tuple[tuple[str, str], ...] = ()  # a matrix rule's: its model/precision/profile_set/target
 
 
 def _precision_of(item: Any) -> str:
@@ -725,6 +749,9 @@ def _inherits(own: dict[str, Any], sub: tuple[str | int, ...]) -> bool:
 
 def _owners(data: dict[str, Any], occ: Occurrence) -> list[Owner]:
     loc = occ.loc
+    if loc[:2] == ("matrix", "include") and loc[3:4] == ("gate",):
+        rule = data["matrix"]["include"][loc[2]]
+        return [Owner("rule", str(loc[2]), selectors=tuple((k, v) for k, v in rule.items() if k != "gate"))]
     if loc[0] in ("models", "targets"):
         entry = data[loc[0]][loc[1]]
         prec = _precision_of(entry["precisions"][loc[3]]) if loc[2:3] == ("precisions",) and len(loc) > 3 else None
@@ -749,8 +776,10 @@ def _matches(cells: Cells, owner: Owner, occ: Occurrence, cell: Cell, after: Cel
         return False
     if owner.kind == "target" and cell.target.name != owner.name:
         return False
+    if owner.kind == "rule" and not _names(dict(owner.selectors), cell):
+        return False
     key = occ.stars[-1] if occ.stars else None
-    gate = cell.gate or model.gate  # a target's own gate over the model's
+    gate = cell.gate or model.gate  # a target's or a rule's own gate over the model's
     caps = capabilities(cell.target.builder, cell.target.builder_version)
     assert caps is not None
     checks = [
@@ -770,13 +799,38 @@ def _matches(cells: Cells, owner: Owner, occ: Occurrence, cell: Cell, after: Cel
     return all(checks)
 
 
-def _gate_sub(loc: tuple[str | int, ...]) -> tuple[str | int, ...] | None:
-    """The path below `gate` of a model's or the defaults' gate field (None: not a gate field of those)."""
+def _names(rule: dict[str, Any], cell: Cell) -> bool:
+    """Does a matrix rule name this cell (a field it leaves out names any)?"""
+    have = {"model": cell.model, "precision": cell.precision.name, "profile_set": cell.profile_set,
+            "target": cell.target.name}
+    return all(rule.get(k) in (None, v) for k, v in have.items())
+
+
+def _gate_sub(loc: tuple[str | int, ...]) -> tuple[str, tuple[str | int, ...]] | None:
+    """(whose, the path below `gate`) of a gate field of the defaults, a model, a target or a matrix rule (None:
+    not a gate field)."""
     if loc[:2] == ("defaults", "gate"):
-        return loc[2:]
-    if loc[0] == "models" and loc[2:3] == ("gate",):
-        return loc[3:]
+        return "model", loc[2:]
+    if loc[0] in ("models", "targets") and loc[2:3] == ("gate",):
+        return str(loc[0])[:-1], loc[3:]
+    if loc[:2] == ("matrix", "include") and loc[3:4] == ("gate",):
+        return "rule", loc[4:]
     return None
+
+
+def _overridden(base: Base, occ: Occurrence, cell: Cell) -> bool:
+    """Is the gate field at ``occ`` overridden, for this cell, by a more specific `gate:` that sets it (the order:
+    defaults < model < target < matrix rules in manifest order)?"""
+    found = _gate_sub(occ.loc)
+    if found is None:
+        return False
+    whose, sub = found
+    target = next(t for t in base.data["targets"] if t["name"] == cell.target.name)
+    if whose == "model" and "gate" in target and not _inherits(target["gate"], sub):
+        return True
+    later = [r for i, r in enumerate((base.data.get("matrix") or {}).get("include", ()))
+             if "gate" in r and (whose != "rule" or i > int(occ.loc[2]))]
+    return any(_names(r, cell) and not _inherits(r["gate"], sub) for r in later)
 
 
 def _expected(cells: Cells | None, owners: list[Owner], occ: Occurrence, base: Base,
@@ -784,11 +838,7 @@ def _expected(cells: Cells | None, owners: list[Owner], occ: Occurrence, base: B
     if cells is None:
         return set()
     models = {m.name: m for m in base.manifest.models}
-    sub = _gate_sub(occ.loc)
-    # a target's own `gate:` overrides the model's and the defaults' for that target's cells, key by key
-    overridden = set() if sub is None else {t["name"] for t in base.data["targets"]
-                                            if "gate" in t and not _inherits(t["gate"], sub)}
-    return {k for k, c in base.cells.items() if c.target.name not in overridden
+    return {k for k, c in base.cells.items() if not _overridden(base, occ, c)
             and any(_matches(cells, o, occ, c, after.get(k), models[c.model]) for o in owners)}
 
 
@@ -830,8 +880,12 @@ def _check_place(path: str, rule: KeyRule, base: Base, occ: Occurrence, project:
         moved_gate = {k for k in before.keys() & after.keys() if before[k].gate_key != after[k].gate_key}
         where = f"{path} at {'/'.join(map(str, occ.loc))} in base {base.name}: {current!r} -> {value!r}"
         if rule.key == "address":
-            assert moved_build == set() and moved_gate == set(), f"{where} moved keys of cells it does not name"
-            outcomes.append(before.keys() != after.keys())
+            # a rule with `gate:` also names the cells its gate applies to: theirs, before or after, may move
+            rule_entry = _get(data, occ.loc[:3]) if occ.loc[:2] == ("matrix", "include") else {}
+            named = ({k for k, c in (*before.items(), *after.items()) if _names(_get(base.data, occ.loc[:3]), c)
+                      or _names(rule_entry, c)} if "gate" in rule_entry else set())
+            assert moved_build == set() and moved_gate <= named, f"{where} moved keys of cells it does not name"
+            outcomes.append(before.keys() != after.keys() or bool(moved_gate))
             return
         assert before.keys() == after.keys(), f"{where} added or removed cells: " \
             f"{sorted(before.keys() ^ after.keys())}"
