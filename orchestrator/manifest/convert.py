@@ -362,7 +362,7 @@ def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict
                 base_dir: str) -> list[tuple[tuple[str, str, str, str], GateSettings]]:
     """The gate of each cell that `matrix.include` rules with `gate:` name: those rules' gates in manifest order
     (a later rule's keys win) over the target's `gate:` over the model's, key by key. Only the (model, target) pairs
-    a gate rule can name are walked, over the model's precisions (and a rule's own) and profile sets."""
+    a gate rule can name are walked, over the model's precisions and profile sets."""
     rules = [(i, _rule(raw), raw["gate"]) for i, raw in enumerate(includes)
              if isinstance(raw, dict) and isinstance(raw.get("gate"), dict)]
     for i, rule, _ in rules:
@@ -384,11 +384,8 @@ def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict
                      if r.model in (None, model.name) and r.target in (None, target.name)]
             if not named:
                 continue
-            # a rule naming the model may add a precision it does not declare (``resolve.cells_of``); one without not
-            precisions = list(dict.fromkeys([p.name for p in model.precisions]
-                                            + [r.precision for _, r, _ in named if r.precision and r.model]))
             merged: dict[tuple[int, ...], GateSettings] = {}  # the same rules -> one settings object
-            for precision in precisions:
+            for precision in (p.name for p in model.precisions):  # the checks refuse a rule naming another
                 for profile_set in model.profile_sets:
                     hits = [(i, g) for i, r, g in named
                             if r.precision in (None, precision) and r.profile_set in (None, profile_set)]
