@@ -74,8 +74,8 @@ def _floating(x: np.ndarray) -> np.ndarray:
     return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
-def _has_nan(x: np.ndarray) -> bool:
-    return x.dtype.kind == "f" and bool(np.isnan(x).any())
+def _has_nan(x: np.ndarray) -> bool:  # x is floating (``_floating``)
+    return bool(np.isnan(x).any())
 
 
 def _top_mask(x: np.ndarray, k: int) -> np.ndarray:
