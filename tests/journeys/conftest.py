@@ -41,7 +41,7 @@ def demo_published(tmp_path_factory, demo_models) -> Demo:
     manifest = write_demo_copy(root / "manifests", registry=str(store))
     demo = Demo(root=root, manifest=manifest, store=store, cache=root / "cache")
     for verb in ("build", "gate", "publish"):
-        demo.run(verb, str(manifest))
+        demo.run(verb, str(manifest), timeout=3600)  # the gate of 18 cells: minutes on a loaded 2-core box
     return demo
 
 
