@@ -174,8 +174,12 @@ class ArtifactNotFoundError(StoreError):
 class NoCompatibleEngineError(OrchestratorError):
     exit_code = ExitCode.NO_COMPATIBLE
 
-    def __init__(self, message: str, *, rejections: list[tuple[str, str]], hint: str | None = None):
+    def __init__(self, message: str, *, rejections: list[tuple[str, str]], hint: str | None = None,
+                 candidates: list[dict[str, Any]] | None = None):
         self.rejections = rejections
+        # the same candidates, machine-readable (``--json``): address, record key, version, precision, target,
+        # runtime, reason
+        self.candidates = candidates or []
         lines = [message] + [f"  - {who}: {why}" for who, why in rejections]
         super().__init__("\n".join(lines), hint=hint)
 

@@ -3,6 +3,7 @@ caches published with the engines (``metadata["caches"]`` + the attachments that
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from orchestrator import plugins
 from orchestrator.contracts.store import StoredArtifact
 from orchestrator.core.model import RegistryConfig
 from orchestrator.core.query import expired, select
-from orchestrator.errors import ArtifactNotFoundError
+from orchestrator.errors import ArtifactNotFoundError, UsageError
 
 
 def _meta(artifact: StoredArtifact) -> dict:  # type: ignore[type-arg]
@@ -143,20 +144,49 @@ def record_key_of(meta: Mapping[str, Any]) -> str:
     return str(meta.get("record_key") or meta.get("build_key") or "")
 
 
+def _engine_match(a: StoredArtifact) -> str:
+    return f"{a.metadata.get('address')}: engine {a.digest[:19]} (record {record_key_of(a.metadata)[:12]})"
+
+
+def _record_match(a: StoredArtifact) -> str:
+    return f"{a.metadata.get('address')}: record {record_key_of(a.metadata)[:12]} (engine {a.digest[:19]})"
+
+
 def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
-    """One record by address (the newest publish), by engine digest (``sha256:…`` or 64 hex digits: the newest
-    record of that engine; a re-gated engine has several) or by record key (64 hex digits)."""
+    """One record by what ``ls`` prints: its address (the newest publish), its engine digest (``sha256:…`` or hex:
+    the newest record of that engine; a re-gated engine has several) or its record key, the last two by any
+    unique prefix (``ls`` prints ``sha256:`` + 12 hex and 12 hex). A prefix that starts the digests or keys of
+    several records is a ``UsageError`` listing them."""
     records = plugins.open_store(registry).records()
-    if ref.startswith("sha256:") or re.fullmatch(r"[0-9a-f]{64}", ref):
-        digest = ref if ref.startswith("sha256:") else f"sha256:{ref}"
-        hits = [a for a in records if a.digest == digest]
-        if not hits and not ref.startswith("sha256:"):
-            hits = [a for a in records if record_key_of(a.metadata) == ref]
-    else:
+    text = ref.strip().lower()
+    hexpart = text.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]+", hexpart):
         hits = select(records, _meta, address=ref)
-    if not hits:
-        raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry", hint="see `orchestrate ls`")
-    return hits[0]
+        if hits:
+            return hits[0]
+        close = difflib.get_close_matches(ref, sorted({str(a.metadata["address"]) for a in records}), n=3)
+        raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry",
+                                    hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                                    + "give an address, an engine digest or a record key as `orchestrate ls` "
+                                      "prints them")
+    # engines by digest prefix (newest record of each first: records come newest first), records by key prefix
+    engines: dict[str, StoredArtifact] = {}
+    for a in records:
+        if a.digest.removeprefix("sha256:").startswith(hexpart):
+            engines.setdefault(a.digest, a)
+    keyed = [] if text.startswith("sha256:") else [a for a in records if record_key_of(a.metadata).startswith(hexpart)]
+    if len(keyed) == 1 and set(engines) <= {keyed[0].digest}:
+        return keyed[0]
+    if not keyed and len(engines) == 1:
+        return next(iter(engines.values()))
+    if not keyed and not engines:
+        raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry",
+                                    hint="give an address, an engine digest or a record key as `orchestrate ls` "
+                                         "prints them (any unique prefix of a digest or key)")
+    matches = [_engine_match(a) for a in engines.values()] + [_record_match(a) for a in keyed]
+    raise UsageError(f"{ref!r} is ambiguous: it starts {len(matches)} engine digests or record keys:\n"
+                     + "\n".join(f"  - {m}" for m in matches),
+                     hint="give more of the digest or record key")
 
 
 @dataclass(frozen=True)

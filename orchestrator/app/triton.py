@@ -32,28 +32,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator import plugins
+from orchestrator.app import outputs
 from orchestrator.app.deploy import (
     GpuChoice,
     MissingGpu,
-    RuntimeSpec,
-    candidates,
-    cc_label,
-    check_precision,
     choose_per_gpu,
     declared_gpus,
-    deployment_runtime,
     file_digest,
     install_verified,
     missing_error,
-    record_runtime,
     safe_name,
+)
+from orchestrator.app.judge import (
+    RuntimeSpec,
+    cc_label,
+    check_precision,
+    deployment_runtime,
+    find_candidates,
+    record_runtime,
 )
 from orchestrator.atomic import write_bytes_atomic
 from orchestrator.contracts.runtime import TritonBackend
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.model import RegistryConfig
-from orchestrator.core.serving import is_serving, resolve_serving
+from orchestrator.core.serving import is_serving
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import UsageError
 
@@ -276,7 +279,7 @@ def _veto(art: StoredArtifact) -> str | None:
 
 def _plan(store: Store, model: str, *, fp: RunnerFingerprint, gpus: str | Sequence[str], version: str | None,
           precision: str | None, profile: str | None, runtime: str | None) -> _Plan:
-    wanted, found = candidates(store, model, version)
+    wanted, found = find_candidates(store, model, version, precision, profile)
     backends = plugins.triton_backends()
     spec, words = _runtime_for(found, model, runtime, backends)
     backend = backends[spec.runtime]
@@ -289,7 +292,7 @@ def _plan(store: Store, model: str, *, fp: RunnerFingerprint, gpus: str | Sequen
     if backend.features:
         # what Triton's backend offers (onnxruntime: its CPU and CUDA execution providers), not what this machine has
         fp = fp.with_runtime(spec.runtime, InstalledRuntime(spec.version or "0", backend.features))
-    choices, missing = choose_per_gpu(found, model, fp, declared_gpus(requested), spec, precision, profile, _veto)
+    choices, missing = choose_per_gpu(found, model, fp, declared_gpus(requested), spec, _veto)
     if not backend.per_compute_capability and len(choices) > 1:
         # one file for every GPU (the onnxruntime backend loads one model.onnx)
         merged = GpuChoice(model, choices[0].artifact, tuple(cc for c in choices for cc in c.ccs), choices[0].reason)
@@ -372,7 +375,7 @@ def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy) -> Trit
     files: list[ExportedFile] = []
     wanted = _files(plan)
     try:
-        vdir.mkdir(parents=True, exist_ok=True)
+        outputs.make_directories([vdir], "--repo", repo)
         keep = {name for name, _ in wanted} | {f"{name}.provenance.json" for name, _ in wanted}
         for name, choice in wanted:
             art, ccs = choice.artifact, tuple(cc for cc in choice.ccs if cc)
@@ -437,8 +440,9 @@ def export_triton(models: Sequence[str], *, registry: RegistryConfig, repo: str 
     if not models:
         raise UsageError("no model named", hint="orchestrate export triton MODEL... --repo DIR")
     policy = VersionPolicy.parse(version_policy)
-    if runtime is not None and is_serving(runtime):
-        resolve_serving(runtime)  # an unknown release is refused before the registry is read
+    if runtime is not None:
+        deployment_runtime(runtime)  # a malformed runtime or an unknown release is refused before the registry is read
+    root = outputs.check_directory(repo, "--repo")
     fp = fingerprint or plugins.fingerprint()
     store = plugins.open_store(registry)
     plans = [_plan(store, safe_name(model), fp=fp, gpus=gpus, version=version, precision=precision,
@@ -450,7 +454,6 @@ def export_triton(models: Sequence[str], *, registry: RegistryConfig, repo: str 
     for plan in plans:
         if plan.choices:
             _io_conflict(plan)
-    root = Path(repo)
     exported = [_write(store, p, root, policy) if p.choices else
                 TritonModel(p.model, p.model_version, None, root / p.model, p.backend.kind, p.runtime, (), p.missing)
                 for p in plans]

@@ -8,6 +8,7 @@ below names each command's module, imported when the command runs or its help is
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -40,6 +41,17 @@ COMMANDS = {
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        """click suggests close command names from the commands it has loaded (``Group.commands``), which a lazy
+        group never fills: an unknown name is refused here with suggestions from the table, no module imported."""
+        name = args[0] if args else ""
+        if name and name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            close = difflib.get_close_matches(name, COMMANDS)
+            suggestion = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{suggestion}")
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)

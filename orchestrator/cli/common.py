@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from orchestrator.errors import ManifestError, OrchestratorError
+from orchestrator.errors import ManifestError, NoCompatibleEngineError, OrchestratorError
 
 _JSON_MODE = {"on": False}
 
@@ -47,6 +47,8 @@ def emit_json_error(error: OrchestratorError) -> bool:
                                                  "hint": error.hint, "exit_code": error.exit_code}}
     if isinstance(error, ManifestError):
         body["error"]["problems"] = [p.to_json() for p in error.problems]
+    if isinstance(error, NoCompatibleEngineError):
+        body["error"]["candidates"] = error.candidates
     print_json(body)
     return True
 

@@ -11,8 +11,8 @@ from orchestrator.cli.plan_cmds import one_line
 from orchestrator.cli.registry_cmds import registry_from, registry_option
 from orchestrator.errors import UsageError
 
-GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9 ('none' for no GPU)"
-             "{auto}.")
+GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9; 'none': machines "
+             "without a GPU, which also lets a CPU engine serve a listed GPU that no GPU engine serves{auto}.")
 RUNTIME_HELP = ("The deployment's runtime: trt10.13[.3.9], ort1.31, or its serving stack: triton:25.01, "
                 "ngc-tensorrt:25.01, jetpack:6.2 (resolved to the exact TensorRT it ships){default}.")
 
@@ -43,6 +43,9 @@ def _rejections(missing) -> None:
                    "(Jetson) [default: this machine's].")
 @click.option("--runtime", default=None,
               help=RUNTIME_HELP.format(default=" [default: the installed one; with --all: each engine's own]"))
+@click.option("--allow-cpu", is_flag=True,
+              help="Accept a CPU engine for the declared --gpu when no GPU engine runs there (without it, a declared "
+                   "GPU is refused CPU engines: exit 4). With --all, add none to --gpus instead.")
 @click.option("--lean-runtime", default=None, metavar="PATH",
               help="The TensorRT lean runtime library the deployment loads (libnvinfer_lean.so.X.Y.Z): needed by "
                    "version-compatible engines built without their lean runtime.")
@@ -52,17 +55,20 @@ def _rejections(missing) -> None:
 @click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this manifest's registry.")
 @json_option
-def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, lean_runtime, out,
-         registry, manifest, as_json):
+def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, allow_cpu,
+         lean_runtime, out, registry, manifest, as_json):
     """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out.
 
     With --all, fill a directory for a deployment: for every model and every GPU in --gpus, the engine `pull --gpu`
     would choose, written once per engine as DIR/<model>/model.<gpus>.<suffix>, sha256 and header verified;
     a file already holding it is left alone.
 
+    A declared GPU (--gpu sm90; --gpus with --all) is never served a CPU engine unless asked: --allow-cpu, or
+    none among --gpus with --all.
+
     Exit status: 0 done; 4 when engines are published but none can run on a declared GPU/runtime (nothing is
-    written; every candidate is listed with its reason); 1 when nothing is published or a check fails; 2 for
-    a usage error."""
+    written; every candidate is listed with its reason; --json: error.candidates); 1 when the model, version,
+    precision or profile is not published, or a check fails; 2 for a usage error."""
     config = registry_from(registry, (manifest,) if manifest else ())
     if pull_all:
         if not gpus:
@@ -71,6 +77,9 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
             raise UsageError("pull --all needs a directory to fill", hint="pass -o DIR")
         if gpu != "auto" or gpu_model or lean_runtime:
             raise UsageError("--gpu, --gpu-model and --lean-runtime choose one engine; with --all use --gpus")
+        if allow_cpu:
+            raise UsageError("--allow-cpu is for one engine", hint="with --all, add none to --gpus (--gpus sm90,none): "
+                                                                   "the deployment also runs CPU engines")
         result = deploy.pull_all(models, registry=config, gpus=gpus, out=out, version=version, precision=precision,
                                  profile=profile, runtime=runtime, platform=platform_)
         if as_json:
@@ -90,8 +99,8 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
     if gpus:
         raise UsageError("--gpus is for pull --all", hint="one engine: --gpu sm86")
     result = deploy.pull(models[0], registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
-                         runtime=runtime or "auto", out=out, platform=platform_, gpu_model=gpu_model,
-                         lean_runtime=lean_runtime)
+                         runtime="auto" if runtime is None else runtime, out=out, platform=platform_,
+                         gpu_model=gpu_model, lean_runtime=lean_runtime, allow_cpu=allow_cpu)
     meta = result.metadata
     lean = ({"version": result.lean_runtime,
              "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
@@ -100,7 +109,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
         print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
                     "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
                     "lean_runtime": lean, "metadata": meta,
-                    "rejected": [{"artifact": a, "reason": r} for a, r in result.rejections]})
+                    "rejected": [c.to_json() for c in result.candidates]})
         return
     console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
                                   f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))

@@ -8,6 +8,7 @@ the same thing on the local store and on an OCI registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from orchestrator.errors import StoreError
@@ -32,19 +33,50 @@ def check_labels(labels: Mapping[str, object]) -> None:
         raise StoreError(f"unknown label(s) {', '.join(unknown)}", hint=f"labels: {', '.join(LABELS)}")
 
 
-def latest_version(metas: Iterable[Meta], model: str) -> str | None:
-    """The model version published most recently for the first time (re-publishing an old version's engine
-    for a new target does not make it the latest)."""
+def _first_published(metas: Iterable[Meta], model: str | None) -> dict[str, str]:
+    """Each version of ``model`` (None: of every model the records are of) -> when it was first published."""
     first_seen: dict[str, str] = {}
     for meta in metas:
-        if meta["model"]["name"] != model:
+        if model is not None and meta["model"]["name"] != model:
             continue
         version, when = str(meta["model"]["version"]), str(meta.get("published_at", ""))
         if version not in first_seen or when < first_seen[version]:
             first_seen[version] = when
+    return first_seen
+
+
+def latest_version(metas: Iterable[Meta], model: str) -> str | None:
+    """The model version published most recently for the first time (re-publishing an old version's engine
+    for a new target does not make it the latest)."""
+    first_seen = _first_published(metas, model)
     if not first_seen:
         return None
     return max(first_seen, key=lambda v: (first_seen[v], v))
+
+
+def versions_newest_first(metas: Iterable[Meta]) -> list[str]:
+    """The versions of one model's records, ``latest_version``'s order: the newest first."""
+    first_seen = _first_published(metas, None)
+    return sorted(first_seen, key=lambda v: (first_seen[v], v), reverse=True)
+
+
+def matches_profile(meta: Meta, profile: str) -> bool:
+    """Whether a record serves ``profile``: its profile set's name, or one of the profiles in it."""
+    return profile == meta.get("profile_set") or profile in (meta.get("profiles") or ())
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a set of records offers: its precisions and profile sets (sorted)."""
+
+    precisions: tuple[str, ...]
+    profile_sets: tuple[str, ...]
+
+
+def published_values(metas: Iterable[Meta]) -> Published:
+    metas = list(metas)
+    return Published(tuple(sorted({str(m["precision"]) for m in metas})),
+                     tuple(sorted({str(m.get("profile_set")) for m in metas})))
 
 
 def select(records: Sequence[T], meta_of: Callable[[T], Meta], *, address: str | None = None,

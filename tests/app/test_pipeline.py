@@ -237,13 +237,13 @@ def test_pull_picks_a_cpu_engine_and_writes_verified_bytes(done, tmp_path):
     assert _sha256(tmp_path / "fp16.onnx") == pinned.metadata["engine"]["digest"]
 
 
-def test_pull_of_a_precision_never_built_names_every_candidate(done, tmp_path):
-    with pytest.raises(NoCompatibleEngineError) as e:
+def test_pull_of_a_precision_never_built_says_what_is_published(done, tmp_path):
+    # exit 1, not 4: nothing of that precision was published (4 is "published, but none runs here"; issue 23.5)
+    with pytest.raises(ArtifactNotFoundError) as e:
         deploy.pull("tiny", registry=done.project.registry, precision="int8", out=tmp_path / "x.onnx",
                     fingerprint=CPU_RUNNER)
-    rejected = dict(e.value.rejections)
-    assert {who.split(" ", 1)[0] for who in rejected} == {FP32, FP16}
-    assert sorted(rejected.values()) == ["precision fp16, not int8", "precision fp32, not int8"]
+    assert e.value.message == "tiny 1.0.0: precision int8 is not published"
+    assert e.value.hint == "published for tiny 1.0.0: precisions fp16, fp32; profile sets default"
     assert not (tmp_path / "x.onnx").exists()
 
 

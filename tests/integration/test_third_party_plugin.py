@@ -182,9 +182,15 @@ def test_third_party_plugin_end_to_end(project: Path, plugin_version: str) -> No
     assert meta["engine"]["media_type"] == "application/vnd.trt-orchestrator.engine.v1.onnx"
     assert meta["gates"]["status"] == "passed" and meta["target"]["device"] == "cpu"
 
-    # a CPU engine does not care which GPU the deployment machine has
-    on_gpu = _json(_cli("pull", "tiny", "--gpu", "sm89", "--json", "--registry", str(registry), cwd=project,
-                        cache=cache))
+    # a declared GPU is served a CPU engine only when asked (issue 22.2): the plugin's target says device: cpu
+    refused = _cli("pull", "tiny", "--gpu", "sm89", "--json", "--registry", str(registry), cwd=project, cache=cache,
+                   check=False)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    (candidate,) = _json(refused)["error"]["candidates"]
+    assert candidate["address"] == address and candidate["runtime"] == RUNTIME
+    assert "a CPU engine, and the deployment declares GPU sm89" in candidate["reason"]
+    on_gpu = _json(_cli("pull", "tiny", "--gpu", "sm89", "--allow-cpu", "--json", "--registry", str(registry),
+                        cwd=project, cache=cache))
     assert on_gpu["address"] == address and on_gpu["path"] is None
 
     # --runtime names the plugin's runtime by its slug; its can_run decides on the declared version
