@@ -39,6 +39,7 @@ from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
+from tests.conformance import surface as carried_surface
 from tests.conformance.standins import BufferStandIn, Checker, ModuleProxy, Recorder, StandIn
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import calibration as _calibration
@@ -564,6 +565,7 @@ def main() -> None:
     if sys.argv[1:] == ["selftest"]:
         print(json.dumps({"version": str(real.__version__), "violations": selftest(real)}))
         return
+    carried = carried_surface.compare(real, want)  # before anything is patched onto the module
     cuda = install_fake_cuda()
     run = Run(real)
     gates: dict[str, Any] = {}
@@ -576,7 +578,8 @@ def main() -> None:
     print(json.dumps({"version": str(real.__version__), "module": str(real.__file__), "cases": run.cases,
                       "violations": run.rec.violations, "deprecated": sorted(set(run.rec.deprecated)),
                       "used": sorted(set(run.rec.calls)), "refusals": run.refusals, "gates": gates,
-                      "cuda_calls": sorted(set(cuda.calls)), "seconds": round(time.perf_counter() - started, 2)}))
+                      "cuda_calls": sorted(set(cuda.calls)), "surface": carried,
+                      "seconds": round(time.perf_counter() - started, 2)}))
 
 
 if __name__ == "__main__":
