@@ -1,7 +1,11 @@
 """Which TensorRT and TensorRT-RTX engines can run on a runner, and why not (pure; decided before any engine
 byte is deserialized). The ``tensorrt`` and ``tensorrt-rtx`` runtimes own these rules.
 
-Rules (shared/reference/tensorrt-api.md §5, §8, §10):
+Rules, from NVIDIA's TensorRT "Version Compatibility" (8.6-10.x) and "Engine Compatibility" (11.x) pages and
+TensorRT-RTX's "Engine Compatibility" page:
+  https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/advanced.html
+  https://docs.nvidia.com/deeplearning/tensorrt/11.1.0/inference-library/engine-compatibility.html
+  https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/inference-library/engine-compatibility.html
 
 - TensorRT (engines of the ``tensorrt`` and ``trtexec`` builders): need a GPU. Exact CC match ranks best; else
   an ``ampere_plus`` engine runs on CC >= 8.0 and a ``same_compute_capability`` one only on its own CC. The

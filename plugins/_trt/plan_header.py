@@ -1,16 +1,16 @@
 """What the first bytes of a TensorRT / TensorRT-RTX plan say (pure): the second line of defence at ``pull``.
 
-Documented layout (trtexec ``--getPlanVersionOnly``, OSS@v11.1:samples/common/sampleEngines.cpp
-``printPlanVersion``; shared/reference/tensorrt-api.md §5):
+Documented layout (what trtexec ``--getPlanVersionOnly`` reads: ``printPlanVersion`` in
+https://github.com/NVIDIA/TensorRT/blob/v11.1/samples/common/sampleEngines.cpp):
 
 - uint32[0]: magic. TensorRT writes ``0x74727466``, i.e. the bytes ``b"ftrt"`` on (little-endian) disk;
-  TensorRT-RTX writes ``b"vtrt"`` (§10).
+  TensorRT-RTX writes ``b"vtrt"`` (read from real RTX 1.7.1 plans built here).
 - uint32[1]: serialization version (trtexec handles only 0).
 - bytes 24..27: the builder's major, minor, patch, build, one byte each, in that order.
 
 The byte order of 24..27 was checked on a real TensorRT-RTX 1.7.1.116 plan built on this machine
-(tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116. (The reference's note
-"00 01 07 01" is the window shifted one byte left: byte 23 is padding.) One byte per field means a build number
+(tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116 (byte 23 is padding: a window
+one byte to the left reads "00 01 07 01"). One byte per field means a build number
 above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented, so the
 compute capability is not read from it.
 """

@@ -1,8 +1,9 @@
 """How fleet CI gets an exact TensorRT release (``targets[].toolchain``): NVIDIA's NGC container of that release, or
 pinned pip wheels from NVIDIA's index. Facts, each with its source; ``core.toolchain`` renders them into shards.
 
-pip (shared/reference/trt-api-surface/README.md, "Installing an exact TensorRT release", read from the packages'
-own metadata on PyPI):
+pip (read from the packages' own metadata on PyPI, https://pypi.org/project/tensorrt-cu12/#history and
+https://pypi.org/project/tensorrt/#history, and from NVIDIA/TensorRT python/packaging/frontend_sdist/setup.py, which
+pins ``<module>_libs==<version>`` and ``<module>_bindings==<version>`` and fetches them from NVIDIA's index):
 - ``tensorrt-cuXX==X`` pins ``tensorrt_cuXX_libs==X`` and ``tensorrt_cuXX_bindings==X``; the libs wheels on PyPI are
   stubs that fetch from NVIDIA's index, so the shard needs ``https://pypi.nvidia.com`` as an extra index.
 - PyPI versions are 3-part for 8.6.1 and 10.0-10.7 ("10.7.0"), 4-part from 10.8.0.43.
@@ -23,7 +24,7 @@ NVIDIA_INDEX = "https://pypi.nvidia.com"
 _CU13_SINCE = (10, 13, 2, 6)
 _CU11_UNTIL = (10, 13, 0, 35)
 _FOUR_PART_SINCE = (10, 8)
-# every 11.x release on PyPI (shared/reference/trt-api-surface/README.md); 10.x releases are not listed one by one
+# every 11.x release on PyPI (https://pypi.org/project/tensorrt-cu12/#history); 10.x releases are not listed one by one
 PYPI_11 = ("11.0.0.114", "11.1.0.106", "11.2.1.2", "11.3.0.99", "11.4.0.106")
 
 # TensorRT release -> (NGC image, CUDA, source). NVIDIA's per-month TensorRT container release notes were not

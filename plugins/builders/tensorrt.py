@@ -1,7 +1,8 @@
 """The ``tensorrt`` builder: TensorRT 8.6 / 10.x / 11.x through its Python API, on a GPU runner.
 
 Thin by design: every per-version decision lives in ``_trt_config`` (pure, unit-tested); this module only
-drives the real API in the documented order (shared/reference/tensorrt-api.md §2-§4): Builder -> network with
+drives the real API in the order NVIDIA's samples use (NVIDIA/TensorRT samples/python/
+introductory_parser_samples/onnx_resnet50.py, samples/python/common.py): Builder -> network with
 the planned creation flags -> OnnxParser -> optimization profiles -> config via ``_trt_config.apply`` ->
 (int8 calibrator on <= 10.x) -> timing cache -> ``build_serialized_network`` -> engine inspector JSON.
 TensorRT proper cannot be installed on the project's CI machines, so this path runs only on GPU runners with

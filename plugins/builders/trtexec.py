@@ -1,10 +1,10 @@
 """The ``trtexec`` builder: the same per-version plan as the ``tensorrt`` builder, spelled as trtexec flags.
 
 ``trtexec_command`` (pure) translates a ``_trt_config.BuildConfigPlan`` into a command line for that trtexec
-version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows
-shared/reference/tensorrt-api.md §6, which was read from ``samples/common/sampleOptions.cpp`` at each tag (the
-READMEs are stale: they still show ``--int8``/``--workspace``), and the option sets per tag in
-shared/reference/trt-api-surface/trtexec_options.json.
+version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows the option names
+``samples/common/sampleOptions.cpp`` of NVIDIA/TensorRT parses at each tag (``_trt/trtexec_options.py``; the
+READMEs are stale: they still show ``--int8``/``--workspace``) and NVIDIA's trtexec migration notes
+(https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-trtexec.html).
 
 - ``options.extra`` (``_trt_config.EXTRA_OPTIONS``, gated by trtexec's own option sets): ``avg_timing_iterations``
   -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``, ``sparse_weights: true`` ->
@@ -20,7 +20,7 @@ shared/reference/trt-api-surface/trtexec_options.json.
   ``EntropyCalibration2`` caches). Its ``calibrate`` therefore delegates to the ``tensorrt`` builder (Python API)
   when ``tensorrt`` of trtexec's version is importable on the runner, and otherwise refuses, saying so.
 - Platform: as the ``tensorrt`` builder; the linux/x86_64 -> windows/x86_64 cross-build passes
-  ``--runtimePlatform=WindowsAMD64`` (10.2+ per reference §6; in the option tables from v10.7.0) and skips
+  ``--runtimePlatform=WindowsAMD64`` (10.2+ in the Python API; in the option tables from v10.7.0) and skips
   ``--exportLayerInfo`` (the engine cannot be deserialized on the host).
 - More than one optimization profile: ``--profile=<i>`` before each shapes triple (10.0+); trtexec 8.6 builds one
   profile only and is refused.
@@ -192,7 +192,7 @@ class TrtexecReport:
 
 _LINE_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*")  # "[11/21/2026-10:00:00] [I] "
 _VERSION_LINE = re.compile(r"TensorRT version:\s*([0-9][0-9.]*)")
-# "[TensorRT v101303] [b9]": the build number follows the banner from 10.13.3 (reference README, facts table)
+# "[TensorRT v101303] [b9]": from 10.13.3 on the banner trtexec prints carries the build number
 _BANNER = re.compile(r"\[TensorRT v(\d+)\](?:\s*\[b(\d+)\])?")
 _BUILD_TIME = re.compile(r"Engine built in\s+([0-9.]+)\s*sec")
 _THROUGHPUT = re.compile(r"^Throughput:\s*([0-9.eE+-]+)\s*qps")

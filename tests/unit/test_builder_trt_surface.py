@@ -448,7 +448,7 @@ def test_properties_and_enums_follow_each_release():
         config1013.runtime_platform = 1
     assert not hasattr(old.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS") and \
         hasattr(new.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS")
-    # 11.0 renumbered BuilderFlag (reference §0.3): the stand-in carries each release's own values
+    # 11.0 renumbered BuilderFlag (compare the 10.16 and 11.0 surfaces): the stand-in carries each release's own values
     assert int(fake_tensorrt("10.16.1.11").BuilderFlag.VERSION_COMPATIBLE) != \
         int(fake_tensorrt("11.0.0.114").BuilderFlag.VERSION_COMPATIBLE)
     assert not hasattr(fake_tensorrt("11.0.0.114"), "IInt8EntropyCalibrator2")

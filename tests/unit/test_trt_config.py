@@ -184,7 +184,8 @@ class _Enum:
 
 
 def fake_trt(version="11.1.0.4"):
-    # 11.x numbering: STRONGLY_TYPED is 0 and 1 means PREFER_JIT_PYTHON_PLUGINS (reference §0).
+    # 11.x numbering: STRONGLY_TYPED is 0 and 1 means PREFER_JIT_PYTHON_PLUGINS (the 11.x surfaces in
+    # tests/conformance/data).
     return SimpleNamespace(
         __name__="tensorrt", __version__=version,
         NetworkDefinitionCreationFlag=_Enum(STRONGLY_TYPED=0, PREFER_JIT_PYTHON_PLUGINS=1),

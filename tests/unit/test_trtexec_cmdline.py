@@ -117,8 +117,8 @@ def test_banner_build_number_read_and_kept_3_part_without_one():
                                 ).tensorrt_version == "10.13.2"
 
 
-# A sample written from the documented stdout layout (reference §6 / sampleReporting.cpp), not captured from a
-# real run: TensorRT cannot be installed on these machines.
+# A sample written from the documented stdout layout (samples/common/sampleReporting.cpp of NVIDIA/TensorRT), not
+# captured from a real run: TensorRT cannot be installed on these machines.
 SAMPLE = """\
 &&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec --onnx=/m.onnx --saveEngine=/o/engine.plan
 [11/21/2026-10:00:00] [I] === Model Options ===
