@@ -3,13 +3,13 @@
 Thin by design: every per-version decision lives in ``_trt_config`` (pure, unit-tested); this module only
 drives the real API in the order NVIDIA's samples use (NVIDIA/TensorRT samples/python/
 introductory_parser_samples/onnx_resnet50.py, samples/python/common.py): Builder -> network with
-the planned creation flags -> OnnxParser -> optimization profiles -> config via ``_trt_config.apply`` ->
+the planned creation flags -> OnnxParser -> optimization profiles -> config via ``_trt_apply.apply`` ->
 (int8 calibrator on <= 10.x) -> timing cache -> ``build_serialized_network`` -> engine inspector JSON.
 TensorRT proper cannot be installed on the project's CI machines, so this path runs only on GPU runners with
 TensorRT; tests/integration/test_tensorrt_hw.py exercises it there and skips, naming what is missing, elsewhere;
 tests/unit/test_builder_tensorrt.py drives it against stand-ins built to the dumped binding surfaces.
 
-- ``options.extra``: the mapping to config calls is ``_trt_config.EXTRA_OPTIONS`` (``avg_timing_iterations`` ->
+- ``options.extra``: the mapping to config calls is ``_trt.extra_options.EXTRA_OPTIONS`` (``avg_timing_iterations`` ->
   ``config.avg_timing_iterations``, ``max_aux_streams`` -> ``config.max_aux_streams``, ``sparse_weights: true``
   -> ``BuilderFlag.SPARSE_WEIGHTS``, ``tf32: false`` -> ``clear_flag(BuilderFlag.TF32)``, ``max_num_tactics`` ->
   ``config.max_num_tactics`` from 10.4); any other key is refused (at validate, and again at build).
@@ -53,8 +53,10 @@ from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._onnx.data import iter_samples
+from trt_orchestrator_plugins._trt import apply as _trt_apply
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 
 ENGINE_FILE = "engine.plan"
@@ -337,7 +339,7 @@ class TensorRTBuilder:
         version, why = installed_version()
         if version is None:
             return why
-        return _trt_config.build_runner_reason(fingerprint, target, version)
+        return _runner_checks.build_runner_reason(fingerprint, target, version)
 
     def build(self, request: BuildRequest) -> BuildResult:
         trt = import_tensorrt()
@@ -385,7 +387,7 @@ class TensorRTBuilder:
         logger = make_logger(trt, log)
         log(f"TensorRT {version}: building {request.address} from {request.onnx_path}")
         builder = trt.Builder(logger)
-        network, _parser = _network(trt, builder, _trt_config.network_flags_value(plan, trt),
+        network, _parser = _network(trt, builder, _trt_apply.network_flags_value(plan, trt),
                                     Path(request.onnx_path), logger, log, version, request.address)
         config = builder.create_builder_config()
         made_profiles = _add_profiles(builder, config, request.profiles)
@@ -395,7 +397,7 @@ class TensorRTBuilder:
             calibrator, calibration = self._calibrator_for_build(trt, version, plan, request, network, out_dir, log)
         cache = _TimingCache(request, plan, version, out_dir)
         try:
-            for line in _trt_config.apply(plan, trt, builder, network, config, calibrator=calibrator):
+            for line in _trt_apply.apply(plan, trt, builder, network, config, calibrator=calibrator):
                 log(line)
             if calibrator is not None and made_profiles:
                 try:  # dynamic shapes: calibrate at the first profile (deprecated 10.1 with the calibrators)

@@ -6,10 +6,11 @@ version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per ve
 READMEs are stale: they still show ``--int8``/``--workspace``) and NVIDIA's trtexec migration notes
 (https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-trtexec.html).
 
-- ``options.extra`` (``_trt_config.EXTRA_OPTIONS``, gated by trtexec's own option sets): ``avg_timing_iterations``
-  -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``, ``sparse_weights: true`` ->
-  ``--sparsity=enable``, ``tf32: false`` -> ``--noTF32`` (all 8.6.1+), ``max_num_tactics`` -> ``--maxTactics=N``
-  (10.7+: absent from the v10.1.0 option table, present from v10.7.0). Any other key is refused.
+- ``options.extra`` (``_trt.extra_options.EXTRA_OPTIONS``, gated by trtexec's own option sets):
+  ``avg_timing_iterations`` -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``,
+  ``sparse_weights: true`` -> ``--sparsity=enable``, ``tf32: false`` -> ``--noTF32`` (all 8.6.1+),
+  ``max_num_tactics`` -> ``--maxTactics=N`` (10.7+: absent from the v10.1.0 option table, present from v10.7.0).
+  Any other key is refused.
 - Timing caches: ``--timingCacheFile`` on the shared per-(GPU, version) file under its lock (trtexec reads and
   rewrites it); a pinned build (``request.timing_cache``) runs on a private copy of the pinned file with
   ``--errorOnTimingCacheMiss`` (10.0+; absent from trtexec 8.6.1) and fails naming the miss. Digests read/written
@@ -55,6 +56,7 @@ from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as _tensorrt_builder
 
@@ -306,7 +308,7 @@ class TrtexecBuilder:
         why = _compat.builder_version_reason(target.name, target.builder_version, version, f"trtexec ({exe})")
         if why:
             return why
-        return _trt_config.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
+        return _runner_checks.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
 
     def build(self, request: BuildRequest) -> BuildResult:
         exe, why = locate_trtexec()

@@ -10,8 +10,7 @@ from orchestrator.contracts.builder import BuildRequest, CalibrateRequest, Optim
 from orchestrator.core.model import BuilderOptions, DataSource, PrecisionSpec, Target
 from orchestrator.errors import BuildError
 from tests.unit.test_builder_trt_surface import TRTEXEC_OPTIONS, fake_tensorrt, install, trtexec_tag_version
-from trt_orchestrator_plugins._trt import config as cfg
-from trt_orchestrator_plugins._trt import timing_cache
+from trt_orchestrator_plugins._trt import extra_options, timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as tensorrt_module
 from trt_orchestrator_plugins.builders.trtexec import banner_version, parse_trtexec_output, trtexec_command
 from trt_orchestrator_plugins.builders.trtexec import builder as trtexec_builder
@@ -223,7 +222,7 @@ def test_extra_options_are_gated_by_trtexec_version():
 def _everything(version: str) -> list[list[str]]:
     """Command lines using every feature trtexec ``version`` offers (one per exclusive mode)."""
     v = tuple(int(x) for x in version.split("."))
-    extra = {k: EXTRA_ALL[k] for k in cfg.extra_options(version, "trtexec")}
+    extra = {k: EXTRA_ALL[k] for k in extra_options.extra_options(version, "trtexec")}
     profiles = (DEFAULT, TWO_INPUTS) if v >= (10,) else (DEFAULT,)
     options = dict(extra=extra, workspace_mib=256, optimization_level=4, version_compatible=True,
                    exclude_lean_runtime=True)
@@ -293,7 +292,7 @@ def test_cross_build_for_windows():
 
 def test_trtexec_capabilities():
     caps = trtexec_builder.capabilities("10.13.3.9")
-    assert caps.extra_options == cfg.extra_options("10.13.3.9", "trtexec")
+    assert caps.extra_options == extra_options.extra_options("10.13.3.9", "trtexec")
     assert caps.calibration_family == "tensorrt" and not caps.supports_calibrator and "int8" in caps.native
     assert caps.pins_timing_cache and caps.platform_specific
     assert not trtexec_builder.capabilities("8.6.1.6").pins_timing_cache  # no --errorOnTimingCacheMiss in 8.6.1
