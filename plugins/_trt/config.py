@@ -33,6 +33,7 @@ from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import extra_options as _extra
 from trt_orchestrator_plugins._trt import provisioning as _provisioning
+from trt_orchestrator_plugins._trt import releases as _releases
 from trt_orchestrator_plugins._trt import runner_checks as _runner
 from trt_orchestrator_plugins._trt.extra_options import Tool
 
@@ -189,6 +190,7 @@ def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "p
         provisioning=Provisioning() if rtx else _provisioning.provisioning(version, tool),
         native_calibration_methods=(frozenset(_calibration.TRTEXEC_METHODS if tool == "trtexec"
                                               else _calibration.CALIBRATORS) if calibrates else None),
+        version_problem=_releases.exact_problem(version, flavour),
     )
 
 

@@ -89,3 +89,27 @@ def check_header(header: PlanHeader, expected: Flavour, builder_version: str | N
         return (f"the plan header says it was built by {label} {header.version_text}, but its metadata says "
                 f"{builder_version}")
     return None
+
+
+def recorded_version(reported: str, header: PlanHeader, target_version: str) -> tuple[str, str | None]:
+    """The version an engine is recorded with: the one the tool itself reported (``trt.__version__``, trtexec's
+    banner), completed with the build number from the engine's own plan header where the tool reports only
+    major.minor.patch (the 8.6.1 and 10.0-10.7 wheels, trtexec before 10.13.3). The header holds the build number
+    modulo 256: where that agrees with the target's build number, the target's (unwrapped) is taken.
+
+    Returns (version, None), or (reported, why not) when the header contradicts the tool."""
+    rep = parse_version(reported)
+    if header.flavour == "unknown" or header.version is None or not rep:
+        return reported, None
+    have = header.version
+    n = min(len(rep), 4)
+    if tuple(p & 0xFF for p in rep[:n]) != have[:n]:
+        return reported, (f"the engine's plan header says it was built by {_LABEL[header.flavour]} "
+                          f"{header.version_text}, but the builder reported {reported}")
+    if len(rep) >= 4:
+        return reported, None
+    target = parse_version(target_version)
+    build = have[3]
+    if len(target) >= 4 and target[:3] == rep[:3] and target[3] & 0xFF == build:
+        build = target[3]
+    return ".".join(str(p) for p in (*rep[:3], build)), None

@@ -55,7 +55,9 @@ from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._onnx.data import iter_samples
 from trt_orchestrator_plugins._trt import apply as _trt_apply
 from trt_orchestrator_plugins._trt import calibration as _calibration
+from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import plan_header as _plan_header
 from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 
@@ -344,6 +346,9 @@ class TensorRTBuilder:
     def build(self, request: BuildRequest) -> BuildResult:
         trt = import_tensorrt()
         version = str(trt.__version__)
+        why = _compat.builder_version_reason(request.target.name, request.target.builder_version, version)
+        if why:
+            raise BuildError(why, node=request.address)
         plan = _trt_config.plan_build_config(version, "tensorrt", request.precision, request.native_precision,
                                              request.options, request.target, tool="python",
                                              host_platform=host_platform(),
@@ -422,7 +427,14 @@ class TensorRTBuilder:
             raise BuildError(f"TensorRT {version} build_serialized_network returned None",
                              node=request.address, log_tail=log.tail())
         engine_path = out_dir / ENGINE_FILE
-        timing_cache.write_atomic(engine_path, bytes(memoryview(serialized)))
+        data = bytes(memoryview(serialized))
+        # recorded: trt.__version__, with the build number from the plan's own header where the module reports
+        # only major.minor.patch (the 8.6.1 and 10.0-10.7 wheels)
+        recorded, contradiction = _plan_header.recorded_version(
+            version, _plan_header.read_header(data[:_plan_header.HEADER_BYTES]), request.target.builder_version)
+        if contradiction:
+            raise BuildError(contradiction, node=request.address, log_tail=log.tail())
+        timing_cache.write_atomic(engine_path, data)
         log(f"engine written: {engine_path} ({engine_path.stat().st_size} bytes) in {seconds:.1f} s")
         cache.finish(config, log)
 
@@ -435,7 +447,7 @@ class TensorRTBuilder:
             engine_path=engine_path,
             log_path=out_dir / LOG_FILE,
             builder=self.name,
-            builder_version=version,
+            builder_version=recorded,
             build_seconds=seconds,
             layer_info_path=layer_info,
             metadata={"config": plan.to_json(), "profiles": [p.name for p in request.profiles],

@@ -41,10 +41,11 @@ from pathlib import Path
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import same_version
+from orchestrator.core.versions import same_release
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt.config import RTX_READS
 from trt_orchestrator_plugins._trt.plan_header import read_header
+from trt_orchestrator_plugins._trt.releases import exact_problem
 
 DISTRIBUTION = "tensorrt-rtx"
 MODULE = "tensorrt_rtx"
@@ -69,10 +70,11 @@ def _installed_version() -> str | None:
 
 
 def _version_matches(installed: str, wanted: str) -> bool:
-    """The version rule (``core.versions.same_version``): the parts both carry agree, so ``1.7.1.116`` needs
-    exactly that build and a shorter target version (``1.7``) matches on its parts. RTX engines are not
-    compatible across RTX releases (RTX docs, engine-compatibility.html), so no looser rule exists."""
-    return same_version(installed, wanted.strip())
+    """The version rule (``core.versions.same_release``): the parts both carry agree and the target is at least as
+    precise as the install, so ``1.7.1.116`` needs exactly that build and a looser target (``1.7``) names no
+    release (validate refuses it). RTX engines are not compatible across RTX releases (RTX docs,
+    engine-compatibility.html), so no looser rule exists."""
+    return same_release(wanted.strip(), installed)
 
 
 class _LogSink:
@@ -275,6 +277,7 @@ class TensorRtxBuilder:
             provisioning=Provisioning(
                 pip_requirements={"": (f"tensorrt-rtx=={version}",)},
                 container_missing=f"NVIDIA publishes no container image of TensorRT-RTX {version}"),
+            version_problem=exact_problem(version, "tensorrt-rtx"),
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:

@@ -51,11 +51,12 @@ from orchestrator.contracts.builder import (
 )
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import parse_version, same_version
+from orchestrator.core.versions import parse_version, same_release, same_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import plan_header as _plan_header
 from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as _tensorrt_builder
@@ -261,6 +262,14 @@ def parse_trtexec_output(text: str) -> TrtexecReport:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def exact_version(reported: str, target_version: str) -> str:
+    """The release a runner's tool reported, completed with the target's further parts where the tool reports fewer
+    (trtexec's banner before 10.13.3, ``trt.__version__`` before 10.8): only after ``same_release(target,
+    reported)`` held, so the two agree on every part the tool carries. Names per-version files (timing caches)."""
+    have, want = parse_version(reported), parse_version(target_version)
+    return ".".join(str(p) for p in want) if len(want) > len(have) else reported
+
+
 def locate_trtexec() -> tuple[str | None, str | None]:
     """(path, None) or (None, why not). ``TRTEXEC`` wins over PATH."""
     env = os.environ.get("TRTEXEC")
@@ -314,7 +323,18 @@ class TrtexecBuilder:
         exe, why = locate_trtexec()
         if exe is None:
             raise BuildError(why or "trtexec not found", node=request.address)
-        version = request.target.builder_version
+        # The release trtexec itself reports, not the target's string: the target must name exactly that release,
+        # and the shared timing cache is named after it (completed with the target's build number where the banner
+        # has none: the two agree on every part the banner carries).
+        reported = probe_version(exe)
+        if reported is None:
+            raise BuildError(f"could not read the TensorRT version of {exe} (--help printed no [TensorRT vNNNN] "
+                             "banner)", node=request.address)
+        why = _compat.builder_version_reason(request.target.name, request.target.builder_version, reported,
+                                             f"trtexec ({exe})")
+        if why:
+            raise BuildError(why, node=request.address)
+        version = exact_version(reported, request.target.builder_version)
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         pinned = Path(request.timing_cache) if request.timing_cache is not None else None
@@ -364,10 +384,12 @@ class TrtexecBuilder:
                                               node=request.address, log_tail=tail, flag="--errorOnTimingCacheMiss")
             first = report.errors[0] if report.errors else f"exit status {proc.returncode}"
             raise BuildError(f"trtexec failed: {first}", node=request.address, log_tail=tail)
-        used = report.tensorrt_version or version
-        if not same_version(used, version):
-            raise BuildError(f"trtexec reports TensorRT {used} but the target wants {version}",
-                             node=request.address, log_tail=tail)
+        used = report.tensorrt_version or reported
+        recorded, contradiction = _plan_header.recorded_version(used, _plan_header.read_header_file(engine),
+                                                                request.target.builder_version)
+        if contradiction or not same_release(request.target.builder_version, recorded):
+            raise BuildError(contradiction or f"trtexec built with TensorRT {recorded} but the target wants "
+                             f"{request.target.builder_version}", node=request.address, log_tail=tail)
         layer_info = out_dir / LAYER_INFO_FILE
         facts = {"mode": "pinned" if pinned else ("shared" if cache_file else "off"),
                  "pinned_from": str(pinned) if pinned else None, "read": read, "written": written,
@@ -376,7 +398,7 @@ class TrtexecBuilder:
             engine_path=engine,
             log_path=log_path,
             builder=self.name,
-            builder_version=version,
+            builder_version=recorded,
             build_seconds=report.build_seconds or seconds,
             layer_info_path=layer_info if layer_info.exists() else None,
             metadata={"command": cmd, "trtexec_version": report.tensorrt_version, "timing_cache": facts,

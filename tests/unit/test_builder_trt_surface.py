@@ -327,7 +327,10 @@ class FakeBuilder(_Checked):
                                                    "(ERROR_ON_TIMING_CACHE_MISS)")
                         return None
                     config._timing._entries.add(tactic)
-        return b"ftrt" + bytes(60)
+        # a plan header as TensorRT writes it: magic, serialization version 0, the version at bytes 24..27 (a
+        # module that reports 3 parts is release build 6 here, as 8.6.1.6)
+        parts = [int(p) for p in trt.__version__.split(".")[:4]] + [6]
+        return b"ftrt" + bytes(20) + bytes(p & 0xFF for p in parts[:4]) + bytes(36)
 
 
 class FakeInspector(_Checked):

@@ -167,7 +167,8 @@ def test_parse_failure_output():
 def test_failed_trtexec_raises_with_the_last_40_log_lines(tmp_path: Path, monkeypatch):
     # A stand-in executable that fails the way trtexec does; it produces no engine, so nothing is faked.
     exe = tmp_path / "trtexec"
-    exe.write_text("#!/bin/sh\nfor i in $(seq 1 60); do echo \"[I] line $i\"; done\n"
+    exe.write_text("#!/bin/sh\necho '&&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec'\n"
+                   "for i in $(seq 1 60); do echo \"[I] line $i\"; done\n"
                    "echo '[01/01/2026-00:00:00] [E] Error[4]: [network.cpp::validate] broken'\nexit 1\n")
     exe.chmod(0o755)
     monkeypatch.setenv("TRTEXEC", str(exe))
