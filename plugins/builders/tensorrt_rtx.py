@@ -7,7 +7,8 @@ on RTX/Ampere+ GPUs whose CC is in the engine's list. Networks are always strong
 FP16/INT8/BF16/FP8 builder flags, so lower precisions arrive as an already-converted ONNX (fp16/bf16 transforms)
 or as Q/DQ nodes (int8-qdq).
 
-``tensorrt_rtx`` is imported inside ``build`` only; ``capabilities`` and ``available`` read package metadata.
+``tensorrt_rtx`` is imported inside ``build`` only; ``available`` reads the version of what that import would load
+without importing it (``_trt.install``).
 
 - Options: it applies ``optimization_level``, ``tiling_level`` and ``workspace_mib`` (``reads_options``; only
   they reach its build keys) and no ``options.extra`` key (any is refused at validate, and again at build).
@@ -28,14 +29,12 @@ or as Q/DQ nodes (int8-qdq).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
@@ -43,6 +42,7 @@ from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 from orchestrator.core.versions import same_release
 from orchestrator.errors import BuildError
+from trt_orchestrator_plugins._trt import install
 from trt_orchestrator_plugins._trt.config import RTX_READS
 from trt_orchestrator_plugins._trt.plan_header import read_header
 from trt_orchestrator_plugins._trt.releases import exact_problem
@@ -63,10 +63,10 @@ _NO_FLAG = ("TensorRT-RTX {v} has no {p} builder flag: RTX networks are strongly
 
 
 def _installed_version() -> str | None:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
+    """The ``__version__`` of what ``import tensorrt_rtx`` would load, read without importing it
+    (``_trt.install``); None when that import would fail."""
+    found = install.find_install(install.RTX_MODULES, install.RTX_DISTRIBUTIONS)
+    return found.version if found is not None else None
 
 
 def _version_matches(installed: str, wanted: str) -> bool:
@@ -282,7 +282,7 @@ class TensorRtxBuilder:
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
         installed = _installed_version()
-        if installed is None or importlib.util.find_spec(MODULE) is None:
+        if installed is None:
             return (f"tensorrt-rtx {target.builder_version} is not installed "
                     f"(pip install 'trt-orchestrator[rtx]')")
         if not _version_matches(installed, target.builder_version):

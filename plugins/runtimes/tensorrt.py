@@ -217,10 +217,11 @@ class TensorRTRuntime:
     distributions: tuple[str, ...] = install.TENSORRT_DISTRIBUTIONS
 
     def probe(self) -> InstalledRuntime | None:
-        """The version of the distribution that provides the importable module (``tensorrt``, else
-        ``tensorrt_bindings``; ``tensorrt_rtx`` for RTX), read from package metadata without importing it
-        (TensorRT's import loads CUDA): ``_trt.install.find_install``. The features say which module and
-        distribution the version came from, and how the two were tied (``files``: its RECORD holds the module)."""
+        """What ``import tensorrt`` (``tensorrt_rtx`` for RTX) would load and its ``__version__``, read without
+        importing it (TensorRT's import loads CUDA): ``_trt.install.find_install``. None when that import would
+        fail (a bindings-only install has ``tensorrt_bindings`` but no ``tensorrt``). The features say which module
+        loads, where the version came from (``__version__``: the literal in the module or the one it re-exports,
+        ``via``), which distribution holds the module, and where its own metadata disagrees."""
         found = install.find_install(install.MODULES_OF.get(self.module, (self.module,)), self.distributions)
         if found is None:
             return None
