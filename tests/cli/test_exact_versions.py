@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.contracts.builder import BuildRequest, OptimizationProfile
+from orchestrator.core import versions
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.core import versions
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import compat, timing_cache
 from trt_orchestrator_plugins.builders.trtexec import builder as trtexec_builder
