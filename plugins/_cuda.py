@@ -3,7 +3,8 @@ streams and events. Every call's error code is checked (NVIDIA's ``cuda_call`` p
 
 Imports ``cuda.bindings.runtime`` (cuda-python >= 12.6; the only path in cuda-bindings 13, which removed the
 ``cuda.cudart`` trampoline) and falls back to ``from cuda import cudart`` for older cuda-python
-(shared/reference/tensorrt-api.md §7). Nothing is imported until first use.
+(cuda-python's 13.0.0 release notes: the ``cuda.cuda``/``cuda.cudart`` modules are gone; NVIDIA/TensorRT's
+samples moved to ``from cuda.bindings import runtime as cudart`` in 10.14). Nothing is imported until first use.
 """
 
 from __future__ import annotations

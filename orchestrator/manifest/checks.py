@@ -210,6 +210,12 @@ def check_target(target: Target, path: Path, capabilities: CapabilitiesFn, build
                 if kind == "compute_capability_list" else f"it can target: {can}")
         out.append(Finding(path + (key,), f"{target.builder} {target.builder_version} cannot build for "
                            f"{_KIND_WORDS.get(kind, kind)}", hint))
+    if caps.version_problem is not None:
+        message, hint = caps.version_problem
+        if target.serve is not None:  # the version came from (or was completed by) the serving stack
+            message = f"{message} (serve: {target.serve} ships TensorRT {target.builder_version})"
+            hint = f"{hint}; set builder_version alongside serve"
+        out.append(Finding(path + ("builder_version" if target.serve is None else "serve",), message, hint))
     _check_options(target, path, caps, out)
     try:
         resolve_toolchain(target, caps.provisioning)

@@ -45,6 +45,7 @@ from orchestrator.core.model import (
 )
 from orchestrator.core.platform import PlatformError, normalize_platform
 from orchestrator.core.serving import resolve_serving
+from orchestrator.core.versions import parse_version, same_version
 from orchestrator.errors import UsageError
 from orchestrator.manifest.positions import Finding, Path
 
@@ -268,7 +269,8 @@ def _source(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> So
 
 def _builder_version(raw: dict, path: Path, findings: list[Finding]) -> str | None:
     """``builder_version``, or the exact TensorRT the target's serving stack ships (``serve: triton:25.01``,
-    ``core.serving``); both given must agree (``10.8`` agrees with 10.8.0.43)."""
+    ``core.serving``); both given must agree on every part both carry, and the more precise one is the target's
+    (``10.8`` with 10.8.0.43 is 10.8.0.43; ``10.0.1.6`` with a stack known only as 10.0.1 is 10.0.1.6)."""
     version = raw.get("builder_version")
     serve = raw.get("serve")
     if serve is None:
@@ -281,13 +283,15 @@ def _builder_version(raw: dict, path: Path, findings: list[Finding]) -> str | No
     except UsageError as e:
         findings.append(Finding(path + ("serve",), e.message, e.hint))
         return None
-    if version is not None and not (stack.tensorrt == version or stack.tensorrt.startswith(f"{version}.")):
+    if version is not None and not same_version(version, stack.tensorrt):
         findings.append(Finding(path + ("builder_version",),
                                 f"builder_version {version} is not the TensorRT {stack.tensorrt} that {stack.name} "
                                 f"ships ({stack.image or 'JetPack'})",
                                 f"leave builder_version out (serve sets it), or set it to \"{stack.tensorrt}\""))
         return None
-    return version or stack.tensorrt
+    if version is None or len(parse_version(stack.tensorrt)) > len(parse_version(version)):
+        return stack.tensorrt
+    return version
 
 
 def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]) -> Target | None:

@@ -9,8 +9,10 @@ when the header names its own version and the algorithm of the calibrator readin
 the mismatch is named instead.
 
 The calibrators exist from 8.6 to 10.x (``IInt8EntropyCalibrator2``, ``IInt8MinMaxCalibrator``, deprecated in 10.1,
-removed with ``pyInt8.cpp`` in 11.0; shared/reference/tensorrt-api.md §1, §3). ``percentile`` is not a TensorRT
-calibrator: it exists only as a Q/DQ calibration method (precision via: transform).
+removed with ``pyInt8.cpp`` in 11.0: "[DEPRECATED] Deprecated in TensorRT 10.1. Superseded by explicit
+quantization" in the 10.x binding docstrings, absent from the 11.x surfaces in tests/conformance/data, and
+https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html ).
+``percentile`` is not a TensorRT calibrator: it exists only as a Q/DQ calibration method (precision via: transform).
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """Which TensorRT and TensorRT-RTX engines can run on a runner, and why not (pure; decided before any engine
 byte is deserialized). The ``tensorrt`` and ``tensorrt-rtx`` runtimes own these rules.
 
-Rules (shared/reference/tensorrt-api.md §5, §8, §10):
+Rules, from NVIDIA's TensorRT "Version Compatibility" (8.6-10.x) and "Engine Compatibility" (11.x) pages and
+TensorRT-RTX's "Engine Compatibility" page:
+  https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/advanced.html
+  https://docs.nvidia.com/deeplearning/tensorrt/11.1.0/inference-library/engine-compatibility.html
+  https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/inference-library/engine-compatibility.html
 
 - TensorRT (engines of the ``tensorrt`` and ``trtexec`` builders): need a GPU. Exact CC match ranks best; else
   an ``ampere_plus`` engine runs on CC >= 8.0 and a ``same_compute_capability`` one only on its own CC. The
@@ -23,9 +27,20 @@ from __future__ import annotations
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.select import Compat
-from orchestrator.core.versions import cc_text, common_parts, parse_cc, parse_version, same_version, version_text
+from orchestrator.core.versions import (
+    cc_text,
+    common_parts,
+    parse_cc,
+    parse_version,
+    same_release,
+    same_version,
+    version_text,
+)
 
 RTX_SUPPORTED_CCS = ("8.0", "8.6", "8.9", "12.0", "12.1")
+# An engine record names at least major.minor.patch: a TensorRT module reports 3 parts up to 10.7 (its build number
+# is then checked against the plan header at load); fewer parts name no release.
+RECORDED_PARTS = 3
 RTX_HOPPER_REASON = (
     "TensorRT-RTX runtimes do not support compute capability 9.0 (Hopper); "
     "RTX engines run on 8.0, 8.6, 8.9, 12.x"
@@ -85,6 +100,10 @@ def check_tensorrt(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str
 def _tensorrt_version_distance(built: tuple[int, ...], have: tuple[int, ...], vc: bool) -> int | str:
     if not built:
         return "the engine's metadata records no TensorRT version"
+    if len(built) < RECORDED_PARTS:
+        return (f"the engine's metadata records TensorRT {version_text(built)}, which names no exact release (an "
+                f"older builder recorded its target's version, not the one that built it); this runner's "
+                f"{version_text(have)} may not load it: rebuild and republish it")
     if same_version(built, have):
         return 0
     if not vc:
@@ -123,6 +142,9 @@ def check_rtx(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "t
         return Compat.no(f"TensorRT-RTX is not installed on this runner: {INSTALL_HINTS['tensorrt-rtx']}")
     built_v = parse_version(engine.builder_version)[:3]
     have_v = parse_version(installed)[:3]
+    if len(built_v) < RECORDED_PARTS:
+        return Compat.no(f"the engine's metadata records TensorRT-RTX {engine.builder_version}, which names no exact "
+                         "release: rebuild and republish it")
     if not same_version(built_v, have_v):
         return Compat.no(f"built with TensorRT-RTX {version_text(built_v)}, this runner has {installed}; "
                           "RTX engines run only on the same RTX release (major.minor.patch)")
@@ -130,14 +152,19 @@ def check_rtx(engine: EngineDescriptor, fp: RunnerFingerprint, runtime: str = "t
 
 
 def builder_version_reason(target_name: str, wanted: str, installed: str | None, tool: str = "TensorRT") -> str | None:
-    """Can a runner with ``installed`` of TensorRT (the module's ``__version__``, the install's distribution
-    version, or trtexec's banner) build target ``target_name``, which wants ``wanted``? None, or why not. The
-    one rule (``orchestrator.core.versions.same_version``): the versions agree on every part both carry, so an
-    installed ``8.6.1`` builds an ``8.6.1.6`` target and ``10.13.3.9`` does not build a ``10.13.3.10`` one."""
+    """Can a runner with ``installed`` of TensorRT (the module's ``__version__`` or trtexec's banner) build target
+    ``target_name``, which wants ``wanted``? None, or why not. The rule (``core.versions.same_release``): the
+    versions agree on every part both carry and the target is at least as precise as the install, so an installed
+    ``8.6.1`` builds an ``8.6.1.6`` target, ``10.13.3.9`` does not build a ``10.13.3.10`` one, and a loose target
+    (``10.13``, ``10``) is built by no runner: it names no release."""
     if installed is None:
         return f"{tool} is not installed"
-    if same_version(wanted, installed):
+    if same_release(wanted, installed):
         return None
+    if same_version(wanted, installed):
+        return (f"target {target_name!r} wants TensorRT {wanted}, which names no exact release; this runner's "
+                f"{tool} is {installed}: set builder_version: \"{installed}\" if that is the release you mean "
+                "(engines load only on the exact release that built them)")
     return (f"target {target_name!r} wants TensorRT {wanted}, this runner's {tool} is {installed}; engines load "
             "only on the exact release that built them, so the builder version must be the same (compared on the "
             "parts both versions carry: 8.6.1 is 8.6.1.6, 10.13.3.9 is not 10.13.3.10)")

@@ -1,43 +1,24 @@
-"""Per-version TensorRT build configuration, planned as plain data and applied to a real ``trt`` module.
+"""Per-version TensorRT build configuration, planned as plain data (pure).
 
-``plan_build_config`` is pure: from (TensorRT version, flavour, precision, builder options, target) it decides
-every flag *by name* and every setting, or raises ``BuildError`` when that version cannot do what was asked.
-``apply`` then sets the plan on a real ``tensorrt`` / ``tensorrt_rtx`` module, resolving every enum by name at
-that moment (``1 << int(trt.NetworkDefinitionCreationFlag.X)``): TensorRT 11.0 renumbered BuilderFlag and
-NetworkDefinitionCreationFlag, so an integer written here would silently mean another flag
-(shared/reference/tensorrt-api.md §0). The ``tensorrt`` builder applies the plan through the Python API, the
-``trtexec`` builder translates the same plan into command-line flags, so both builders agree by construction.
+``plan_build_config`` decides, from (TensorRT version, flavour, precision, builder options, target), every flag *by
+name* and every setting, or raises ``BuildError`` when that version cannot do what was asked. ``_trt.apply`` sets a
+plan on a real ``tensorrt`` / ``tensorrt_rtx`` module, resolving each enum by name then; the ``trtexec`` builder
+translates the same plan into command-line flags, so both builders agree by construction. Also here:
+``capabilities(version)`` per builder version. Alongside: ``_trt.extra_options`` (``options.extra`` per version and
+front end), ``_trt.runner_checks`` (can this runner build this target; cross-builds).
 
-Also here: ``capabilities(version)`` per builder version and ``build_runner_reason`` (can this runner build
-this target with this installed version, on this platform), both pure.
-
-``options.extra`` (per builder version, ``EXTRA_OPTIONS``; any other key is refused at validate, and again here):
-
-=========================  =======================================  ======================  ====================
-key (value)                TensorRT Python API (``tensorrt``)       trtexec flag            versions
-=========================  =======================================  ======================  ====================
-``avg_timing_iterations``  ``config.avg_timing_iterations = N``     ``--avgTiming=N``       8.6.1+ (both)
-(int >= 1)
-``max_aux_streams``        ``config.max_aux_streams = N``           ``--maxAuxStreams=N``   8.6.1+ (both)
-(int >= 0)
-``sparse_weights`` (bool)  true: ``set_flag(BuilderFlag.             true: ``--sparsity=     8.6.1+ (both)
-                           SPARSE_WEIGHTS)``                        enable``
-``tf32`` (bool)            false: ``clear_flag(BuilderFlag.TF32)``  false: ``--noTF32``     8.6.1+ (both)
-``max_num_tactics``        ``config.max_num_tactics = N``           ``--maxTactics=N``      API 10.4+ (reference
-(int >= 1)                                                                                  §1); trtexec 10.7+
-                                                                                            (first option table
-                                                                                            listing it)
-=========================  =======================================  ======================  ====================
-
-Every name above was checked against the dumped binding surfaces (shared/reference/trt-api-surface, 8.6.1 ...
-11.4) and trtexec's option sets per tag (v8.6.1 ... v11.1). ``true`` for ``tf32`` / ``false`` for
-``sparse_weights`` is TensorRT's default and changes nothing (but is still a key input).
+Version facts used here, each visible in the binding surfaces the repository carries (tests/conformance/data, read
+from NVIDIA's binding wheels of 8.6.1 ... 11.4) and in NVIDIA's 10.x-to-11.x migration reference
+(https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html):
+8.6 needs ``EXPLICIT_BATCH`` and has no ``STRONGLY_TYPED``; ``BuilderFlag.BF16`` from 10.0; the FP16/INT8/FP8/BF16
+flags deprecated in 10.12 ("Superseded by strong typing") and removed in 11.0, with the int8 calibrators (deprecated
+10.1); ``device_memory_size_v2`` from 10.1; ``tiling_optimization_level`` from 10.8;
+``HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY`` from 10.9; ``ERROR_ON_TIMING_CACHE_MISS`` from 10.0.
 
 Timing caches: a pinned build (``BuildRequest.timing_cache``) sets ``BuilderFlag.ERROR_ON_TIMING_CACHE_MISS`` /
 ``--errorOnTimingCacheMiss`` from 10.0 (absent from the 8.6.1 surface and trtexec 8.6.1); 8.6 starts from the
-pinned cache but times what it lacks. Platforms: a linux/x86_64 runner cross-builds windows/x86_64 engines with
-``config.runtime_platform = RuntimePlatform.WINDOWS_AMD64`` / ``--runtimePlatform=WindowsAMD64`` from 10.2
-(reference §2, §6; absent from the 10.1.0 surface and option table, present from 10.7.0).
+pinned cache but times what it lacks. TensorRT-RTX 1.2 made the timing cache a no-op that forces a GPU during AOT
+builds (see builders/tensorrt_rtx.py), so RTX plans keep none.
 """
 
 from __future__ import annotations
@@ -46,18 +27,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.contracts.builder import BuilderCapabilities, Provisioning
-from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
-from trt_orchestrator_plugins._trt import compat
+from trt_orchestrator_plugins._trt import extra_options as _extra
 from trt_orchestrator_plugins._trt import provisioning as _provisioning
+from trt_orchestrator_plugins._trt import releases as _releases
+from trt_orchestrator_plugins._trt import runner_checks as _runner
+from trt_orchestrator_plugins._trt.extra_options import Tool
 
 Flavour = Literal["tensorrt", "tensorrt-rtx"]
 MemoryApi = Literal["device_memory_size", "device_memory_size_v2"]
-# which front end applies the plan: the Python API (the ``tensorrt`` builder) or trtexec's command line
-Tool = Literal["python", "trtexec"]
 
 _PRECISION_FLAG = {"fp16": "FP16", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
 _TILING = {"none": "NONE", "fast": "FAST", "moderate": "MODERATE", "full": "FULL"}
@@ -68,80 +49,9 @@ TENSORRT_READS = frozenset({"optimization_level", "tiling_level", "workspace_mib
                             "version_compatible", "exclude_lean_runtime", "timing_cache", "timing_cache_pin",
                             "extra"})
 # RTX: strongly typed always (strongly_typed is moot), no version compatibility (refused), timing cache a no-op
-# since 1.2 (reference §8), no extra options.
+# since 1.2, no extra options.
 RTX_READS = frozenset({"optimization_level", "tiling_level", "workspace_mib"})
-
-# Cross-building: the one pair TensorRT supports (RuntimePlatform.WINDOWS_AMD64 "can only be enabled when building
-# engines on Linux AMD64 platforms", enum doc in the 10.7+ surfaces), from 10.2 (reference §2).
-CROSS_BUILDS = {("linux/x86_64", "windows/x86_64"): "WINDOWS_AMD64"}
-RUNTIME_PLATFORM_SINCE = (10, 2)
 ERROR_ON_MISS_SINCE = (10, 0)  # BuilderFlag.ERROR_ON_TIMING_CACHE_MISS / --errorOnTimingCacheMiss
-
-
-@dataclass(frozen=True)
-class ExtraOption:
-    """One ``options.extra`` key: its value type, and from which version each front end has it."""
-
-    kind: Literal["int", "bool"]
-    minimum: int | None
-    python_since: tuple[int, ...]
-    trtexec_since: tuple[int, ...]
-    what: str
-
-
-EXTRA_OPTIONS: dict[str, ExtraOption] = {
-    "avg_timing_iterations": ExtraOption(
-        "int", 1, (8, 6), (8, 6),
-        "int >= 1: timing iterations averaged per tactic (IBuilderConfig.avg_timing_iterations; trtexec "
-        "--avgTiming)"),
-    "max_aux_streams": ExtraOption(
-        "int", 0, (8, 6), (8, 6),
-        "int >= 0: auxiliary streams TensorRT may run layers on in parallel (IBuilderConfig.max_aux_streams; "
-        "trtexec --maxAuxStreams)"),
-    "sparse_weights": ExtraOption(
-        "bool", None, (8, 6), (8, 6),
-        "bool: true lets TensorRT pick 2:4 structured-sparsity tactics (BuilderFlag.SPARSE_WEIGHTS; trtexec "
-        "--sparsity=enable)"),
-    "tf32": ExtraOption(
-        "bool", None, (8, 6), (8, 6),
-        "bool: false forbids TF32 in FP32 layers (clears BuilderFlag.TF32, on by default; trtexec --noTF32)"),
-    "max_num_tactics": ExtraOption(
-        "int", 1, (10, 4), (10, 7),
-        "int >= 1: most tactics timed per layer (IBuilderConfig.max_num_tactics; trtexec --maxTactics)"),
-}
-
-
-def extra_options(version: str | tuple[int, ...], tool: Tool = "python") -> dict[str, str]:
-    """The extra keys TensorRT ``version`` applies through ``tool``, each with what it does."""
-    v = parse_version(version) if isinstance(version, str) else version
-    return {k: o.what for k, o in EXTRA_OPTIONS.items()
-            if v >= (o.python_since if tool == "python" else o.trtexec_since)}
-
-
-def _extra_settings(v: tuple[int, ...], tool: Tool, extra: dict[str, Any], vtext: str) -> tuple[tuple[str, Any], ...]:
-    """``options.extra`` checked against what this version/tool applies, values type-checked; sorted by key."""
-    known = extra_options(v, tool)
-    who = f"{vtext} ({'trtexec' if tool == 'trtexec' else 'Python API'})"
-    out = []
-    for key in sorted(extra):
-        value = extra[key]
-        if key not in known:
-            gate = EXTRA_OPTIONS.get(key)
-            why = (f" (from {'.'.join(map(str, gate.python_since if tool == 'python' else gate.trtexec_since))})"
-                   if gate else "")
-            raise BuildError(f"{who} does not apply extra option {key!r}{why}",
-                             hint="it applies: " + ("; ".join(f"{k}: {w}" for k, w in known.items()) or "none"))
-        spec = EXTRA_OPTIONS[key]
-        if spec.kind == "bool":
-            if not isinstance(value, bool):
-                raise BuildError(f"extra option {key!r} takes true or false, not {value!r}")
-        else:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise BuildError(f"extra option {key!r} takes an integer, not {value!r}")
-            if spec.minimum is not None and value < spec.minimum:
-                raise BuildError(f"extra option {key!r} must be >= {spec.minimum}, not {value}")
-        out.append((key, value))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -271,15 +181,16 @@ def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "p
         native_missing_reason=reasons,
         supports_calibrator=calibrates and tool == "python",
         reads_options=RTX_READS if rtx else TENSORRT_READS,
-        extra_options={} if rtx else extra_options(v, tool),
-        # TensorRT support matrix: engines do not move between Linux and Windows (reference §5); RTX engines are
-        # OS-independent (reference §8; see builders/tensorrt_rtx.py)
+        extra_options={} if rtx else _extra.extra_options(v, tool),
+        # TensorRT engines do not move between Linux and Windows (runner_checks: the one cross-build aside); RTX
+        # engines are OS-independent (see builders/tensorrt_rtx.py)
         platform_specific=not rtx,
         calibration_family="tensorrt" if calibrates else None,
         pins_timing_cache=not rtx and v >= ERROR_ON_MISS_SINCE,
         provisioning=Provisioning() if rtx else _provisioning.provisioning(version, tool),
         native_calibration_methods=(frozenset(_calibration.TRTEXEC_METHODS if tool == "trtexec"
                                               else _calibration.CALIBRATORS) if calibrates else None),
+        version_problem=_releases.exact_problem(version, flavour),
     )
 
 
@@ -412,18 +323,18 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
             notes.append(f"{vtext} has no ERROR_ON_TIMING_CACHE_MISS (added in 10.0): the build starts from the "
                          "pinned timing cache but times any tactic it lacks instead of failing")
 
-    extra = () if rtx else _extra_settings(v, tool, dict(options.extra), vtext)
+    extra = () if rtx else _extra.extra_settings(v, tool, dict(options.extra), vtext)
     if rtx and options.extra:
         raise BuildError(f"{vtext} applies no extra options; got {sorted(options.extra)}",
                          hint="remove options.extra from this target")
 
     runtime_platform = None
     # os/arch only: the host's L4T release (a Jetson variant) is not visible from here; the runner check
-    # (``platform_reason``, with the fingerprint's full platform) compares it
-    if host_platform is not None and _base(host_platform) != _base(target.platform):
-        runtime_platform = cross_build_member(host_platform, target.platform, v, flavour)
+    # (``runner_checks.platform_reason``, with the fingerprint's full platform) compares it
+    if host_platform is not None and _runner.base_platform(host_platform) != _runner.base_platform(target.platform):
+        runtime_platform = _runner.cross_build_member(host_platform, target.platform, v, flavour)
         if runtime_platform is None:
-            raise BuildError(cross_build_refusal(host_platform, target, v, "trtexec" if tool == "trtexec"
+            raise BuildError(_runner.cross_build_refusal(host_platform, target, v, "trtexec" if tool == "trtexec"
                                                  else label))
         if "VERSION_COMPATIBLE" in builder_flags and "EXCLUDE_LEAN_RUNTIME" not in builder_flags:
             # NvInfer.h RuntimePlatform doc: a cross-platform version-compatible engine must exclude the lean
@@ -450,175 +361,3 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
         calibration_method=precision.calibration_method if calibrator else None,
         timing_cache_pinned=pinned_timing_cache,
     )
-
-
-def _base(platform: str) -> str:
-    """``linux/aarch64/l4t36.4`` -> ``linux/aarch64``."""
-    return "/".join(platform.split("/")[:2])
-
-
-def cross_build_member(host: str, target_platform: str, v: tuple[int, ...], flavour: Flavour) -> str | None:
-    """The RuntimePlatform member that lets ``host`` build engines for ``target_platform`` with TensorRT ``v``,
-    None when it cannot (the only pair: linux/x86_64 -> windows/x86_64 from 10.2; none on RTX, whose engines are
-    OS-independent anyway)."""
-    if flavour != "tensorrt" or v < RUNTIME_PLATFORM_SINCE:
-        return None
-    return CROSS_BUILDS.get((host, target_platform))
-
-
-def cross_build_refusal(host: str, target: Target, v: tuple[int, ...], tool: str = "TensorRT") -> str:
-    """Why a ``host`` runner cannot build ``target``'s engines (its platform differs)."""
-    version = ".".join(map(str, v))
-    if (host, target.platform) in CROSS_BUILDS and v < RUNTIME_PLATFORM_SINCE:
-        return (f"target {target.name!r} is for {target.platform}; this runner is {host}, and {tool} {version} "
-                f"cannot cross-build for it (RuntimePlatform arrived in TensorRT 10.2): build on {target.platform}")
-    pairs = ", ".join(f"{a} -> {b}" for a, b in CROSS_BUILDS)
-    return (f"target {target.name!r} is for {target.platform}, this runner is {host}; TensorRT engines are not "
-            f"portable across platforms (OS, CPU architecture) and are built on the platform they run on (the one "
-            f"cross-build is {pairs}, TensorRT >= 10.2)")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Applying a plan to a real module. Every name is looked up when applied; a missing one is a BuildError naming it.
-
-
-def _member(trt: Any, enum: str, name: str) -> Any:
-    try:
-        return getattr(getattr(trt, enum), name)
-    except AttributeError as e:
-        version = getattr(trt, "__version__", "?")
-        raise BuildError(f"this {getattr(trt, '__name__', 'tensorrt')} {version} has no {enum}.{name}") from e
-
-
-def network_flags_value(plan: BuildConfigPlan, trt: Any) -> int:
-    """The ``create_network`` flags, each resolved by name now: ``1 << int(trt.NetworkDefinitionCreationFlag.X)``."""
-    value = 0
-    for name in plan.network_flags:
-        value |= 1 << int(_member(trt, "NetworkDefinitionCreationFlag", name))
-    return value
-
-
-def _set_attr(obj: Any, attr: str, value: Any, what: str) -> None:
-    try:
-        setattr(obj, attr, value)
-    except AttributeError as e:  # Polygraphy's try_run pattern: the binding does not have it on this version
-        raise BuildError(f"this TensorRT cannot set {what} ({type(obj).__name__}.{attr} is missing)") from e
-
-
-def apply(plan: BuildConfigPlan, trt: Any, builder: Any, network: Any, config: Any,
-          *, calibrator: Any = None) -> list[str]:
-    """Set ``plan`` on ``config`` (an IBuilderConfig of ``trt``); returns lines for the build log.
-
-    ``network`` must have been created with ``network_flags_value(plan, trt)``; ``builder`` is consulted only for
-    hardware hints that exist on older versions (``platform_has_fast_fp16``, removed in 11.0).
-    """
-    log = list(plan.notes)
-    for name in plan.builder_flags:
-        config.set_flag(_member(trt, "BuilderFlag", name))
-    log.append(f"network flags: {', '.join(plan.network_flags) or 'none'}; "
-               f"builder flags: {', '.join(plan.builder_flags) or 'none'}")
-    if "FP16" in plan.builder_flags:
-        try:
-            if not builder.platform_has_fast_fp16:
-                log.append("warning: this GPU has no fast FP16; FP16 layers may be slower than FP32")
-        except AttributeError:
-            pass  # removed in 11.0, deprecated 10.5
-    # 10.x: STRONGLY_TYPED is an opt-in the network must report. 11.x: the flag is deprecated and ignored (value 0,
-    # networks are always strongly typed), so what get_flag says about it decides nothing there.
-    if plan.strongly_typed and plan.flavour == "tensorrt" and plan.version < (11,) and hasattr(network, "get_flag"):
-        try:
-            if not network.get_flag(_member(trt, "NetworkDefinitionCreationFlag", "STRONGLY_TYPED")):
-                raise BuildError("the network was not created strongly typed; create it with "
-                                 "network_flags_value(plan, trt)")
-        except (AttributeError, TypeError):
-            pass
-    if plan.calibrator:
-        if calibrator is None:
-            raise BuildError("this int8 build needs a calibrator and none was given")
-        _set_attr(config, "int8_calibrator", calibrator, "an INT8 calibrator")
-    if plan.workspace_bytes is not None:
-        config.set_memory_pool_limit(_member(trt, "MemoryPoolType", "WORKSPACE"), plan.workspace_bytes)
-    if plan.optimization_level is not None:
-        _set_attr(config, "builder_optimization_level", plan.optimization_level, "the builder optimization level")
-    if plan.hardware_compatibility_level is not None:
-        _set_attr(config, "hardware_compatibility_level",
-                  _member(trt, "HardwareCompatibilityLevel", plan.hardware_compatibility_level),
-                  "a hardware compatibility level")
-    if plan.tiling_level is not None:
-        _set_attr(config, "tiling_optimization_level", _member(trt, "TilingOptimizationLevel", plan.tiling_level),
-                  "the tiling optimization level")
-    for key, value in plan.extra:
-        if key == "sparse_weights":
-            if value:
-                config.set_flag(_member(trt, "BuilderFlag", "SPARSE_WEIGHTS"))
-        elif key == "tf32":
-            if not value:
-                config.clear_flag(_member(trt, "BuilderFlag", "TF32"))
-        else:  # avg_timing_iterations, max_aux_streams, max_num_tactics: IBuilderConfig properties of that name
-            _set_attr(config, key, int(value), f"extra option {key}")
-    if plan.extra:
-        log.append("extra options: " + ", ".join(f"{k}={v}" for k, v in plan.extra))
-    if plan.runtime_platform is not None:
-        _set_attr(config, "runtime_platform", _member(trt, "RuntimePlatform", plan.runtime_platform),
-                  "a runtime platform (cross-build)")
-        log.append(f"cross-build: runtime_platform = RuntimePlatform.{plan.runtime_platform} (the engine cannot run "
-                   "on this host)")
-    if plan.compute_capabilities:
-        _set_attr(config, "num_compute_capabilities", len(plan.compute_capabilities), "AOT compute capabilities")
-        for i, name in enumerate(plan.compute_capabilities):
-            config.set_compute_capability(_member(trt, "ComputeCapability", name), i)
-    _set_attr(config, "profiling_verbosity", _member(trt, "ProfilingVerbosity", plan.profiling_verbosity),
-              "the profiling verbosity")
-    return log
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Can this runner build this target?
-
-
-def build_runner_reason(fp: RunnerFingerprint, target: Target, installed_version: str | None,
-                        tool: str = "TensorRT") -> str | None:
-    """None if a runner with ``fp`` and ``installed_version`` of TensorRT can build ``target``, else why not."""
-    why = compat.builder_version_reason(target.name, target.builder_version, installed_version, tool)
-    if why:
-        return why
-    assert installed_version is not None
-    why = platform_reason(fp, target, installed_version, tool)
-    if why:
-        return why
-    if not fp.has_gpu:
-        return "TensorRT builds need an NVIDIA GPU; this runner has none"
-    local = parse_cc(fp.compute_capability)
-    if local is None:
-        return f"this runner's compute capability {fp.compute_capability!r} is unreadable"
-    wanted = [parse_cc(c) for c in target.compute_capabilities]
-    if len(wanted) > 1:
-        return (f"a TensorRT engine targets one compute capability; target {target.name!r} lists "
-                f"{list(target.compute_capabilities)} (use one target per CC, or a hardware-compatible build)")
-    level = target.hardware_compatibility
-    if level == "ampere_plus":
-        if local < (8, 0):
-            return (f"an Ampere+ hardware-compatible engine must be built on Ampere or newer (CC >= 8.0); "
-                    f"this runner's GPU is {fp.compute_capability}")
-        return None
-    if level == "same_compute_capability" and local < (7, 5):
-        return ("a same-compute-capability engine must be built on Turing or newer (CC >= 7.5); "
-                f"this runner's GPU is {fp.compute_capability}")
-    if wanted and wanted[0] != local:
-        return (f"target {target.name!r} is for compute capability {target.compute_capabilities[0]}, this "
-                f"runner's GPU is {fp.compute_capability}; a TensorRT engine is built on the GPU it targets")
-    if not wanted and level == "none":
-        return f"target {target.name!r} names no compute capability"
-    return None
-
-
-def platform_reason(fp: RunnerFingerprint, target: Target, version: str, tool: str = "TensorRT") -> str | None:
-    """None when a runner with ``fp`` builds ``target``'s platform: its own (``fp.platform``: ``os/arch`` as
-    ``platform.system()``/``platform.machine()`` report them, with the L4T release on a Jetson), or the documented
-    cross-build (linux/x86_64 -> windows/x86_64 with RuntimePlatform.WINDOWS_AMD64, TensorRT >= 10.2)."""
-    host = fp.platform
-    if host == target.platform:
-        return None
-    if cross_build_member(host, target.platform, parse_version(version), "tensorrt") is not None:
-        return None
-    return cross_build_refusal(host, target, parse_version(version), tool)

@@ -1,16 +1,16 @@
 """What the first bytes of a TensorRT / TensorRT-RTX plan say (pure): the second line of defence at ``pull``.
 
-Documented layout (trtexec ``--getPlanVersionOnly``, OSS@v11.1:samples/common/sampleEngines.cpp
-``printPlanVersion``; shared/reference/tensorrt-api.md §5):
+Documented layout (what trtexec ``--getPlanVersionOnly`` reads: ``printPlanVersion`` in
+https://github.com/NVIDIA/TensorRT/blob/v11.1/samples/common/sampleEngines.cpp):
 
 - uint32[0]: magic. TensorRT writes ``0x74727466``, i.e. the bytes ``b"ftrt"`` on (little-endian) disk;
-  TensorRT-RTX writes ``b"vtrt"`` (§10).
+  TensorRT-RTX writes ``b"vtrt"`` (read from real RTX 1.7.1 plans built here).
 - uint32[1]: serialization version (trtexec handles only 0).
 - bytes 24..27: the builder's major, minor, patch, build, one byte each, in that order.
 
 The byte order of 24..27 was checked on a real TensorRT-RTX 1.7.1.116 plan built on this machine
-(tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116. (The reference's note
-"00 01 07 01" is the window shifted one byte left: byte 23 is padding.) One byte per field means a build number
+(tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116 (byte 23 is padding: a window
+one byte to the left reads "00 01 07 01"). One byte per field means a build number
 above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented, so the
 compute capability is not read from it.
 """
@@ -89,3 +89,27 @@ def check_header(header: PlanHeader, expected: Flavour, builder_version: str | N
         return (f"the plan header says it was built by {label} {header.version_text}, but its metadata says "
                 f"{builder_version}")
     return None
+
+
+def recorded_version(reported: str, header: PlanHeader, target_version: str) -> tuple[str, str | None]:
+    """The version an engine is recorded with: the one the tool itself reported (``trt.__version__``, trtexec's
+    banner), completed with the build number from the engine's own plan header where the tool reports only
+    major.minor.patch (the 8.6.1 and 10.0-10.7 wheels, trtexec before 10.13.3). The header holds the build number
+    modulo 256: where that agrees with the target's build number, the target's (unwrapped) is taken.
+
+    Returns (version, None), or (reported, why not) when the header contradicts the tool."""
+    rep = parse_version(reported)
+    if header.flavour == "unknown" or header.version is None or not rep:
+        return reported, None
+    have = header.version
+    n = min(len(rep), 4)
+    if tuple(p & 0xFF for p in rep[:n]) != have[:n]:
+        return reported, (f"the engine's plan header says it was built by {_LABEL[header.flavour]} "
+                          f"{header.version_text}, but the builder reported {reported}")
+    if len(rep) >= 4:
+        return reported, None
+    target = parse_version(target_version)
+    build = have[3]
+    if len(target) >= 4 and target[:3] == rep[:3] and target[3] & 0xFF == build:
+        build = target[3]
+    return ".".join(str(p) for p in (*rep[:3], build)), None

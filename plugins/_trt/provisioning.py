@@ -1,8 +1,9 @@
 """How fleet CI gets an exact TensorRT release (``targets[].toolchain``): NVIDIA's NGC container of that release, or
 pinned pip wheels from NVIDIA's index. Facts, each with its source; ``core.toolchain`` renders them into shards.
 
-pip (shared/reference/trt-api-surface/README.md, "Installing an exact TensorRT release", read from the packages'
-own metadata on PyPI):
+pip (read from the packages' own metadata on PyPI, https://pypi.org/project/tensorrt-cu12/#history and
+https://pypi.org/project/tensorrt/#history, and from NVIDIA/TensorRT python/packaging/frontend_sdist/setup.py, which
+pins ``<module>_libs==<version>`` and ``<module>_bindings==<version>`` and fetches them from NVIDIA's index):
 - ``tensorrt-cuXX==X`` pins ``tensorrt_cuXX_libs==X`` and ``tensorrt_cuXX_bindings==X``; the libs wheels on PyPI are
   stubs that fetch from NVIDIA's index, so the shard needs ``https://pypi.nvidia.com`` as an extra index.
 - PyPI versions are 3-part for 8.6.1 and 10.0-10.7 ("10.7.0"), 4-part from 10.8.0.43.
@@ -11,35 +12,37 @@ own metadata on PyPI):
 - The wheels carry the Python bindings and libraries, not the ``trtexec`` binary: trtexec targets need a container
   or a runner with TensorRT installed.
 
-Containers: ``CONTAINERS`` below; a release missing from it is refused at validate naming the nearest known ones
-(give ``image:`` yourself). Every shard verifies the TensorRT version inside its image before building.
+Containers: ``CONTAINERS`` below, the NGC TensorRT images whose release NVIDIA's own publications name
+(``core.serving``'s ``ngc-tensorrt`` rows, each with its source); a release missing from it is refused at validate,
+saying that no such source names an image for it, with the nearest known ones (give ``image:`` yourself). Every
+shard verifies the TensorRT version inside its image before building.
 """
 
 from __future__ import annotations
 
 from orchestrator.contracts.builder import Provisioning
+from orchestrator.core.serving import STACKS, ServingStack
 
 NVIDIA_INDEX = "https://pypi.nvidia.com"
 _CU13_SINCE = (10, 13, 2, 6)
 _CU11_UNTIL = (10, 13, 0, 35)
 _FOUR_PART_SINCE = (10, 8)
-# every 11.x release on PyPI (shared/reference/trt-api-surface/README.md); 10.x releases are not listed one by one
+# every 11.x release on PyPI (https://pypi.org/project/tensorrt-cu12/#history); 10.x releases are not listed one by one
 PYPI_11 = ("11.0.0.114", "11.1.0.106", "11.2.1.2", "11.3.0.99", "11.4.0.106")
 
-# TensorRT release -> (NGC image, CUDA, source). NVIDIA's per-month TensorRT container release notes were not
-# readable from here, so no row is confirmed from them; each row says what it rests on. Every shard still verifies
-# the TensorRT version inside its image before building (`orchestrate ci verify-shard`), so a wrong row fails the
-# job naming both versions instead of building with another release. docs/ci.md says how to add a row.
-CONTAINERS: dict[str, tuple[str, str, str]] = {
-    "10.8.0.43": ("nvcr.io/nvidia/tensorrt:25.01-py3", "12.8",
-                  "secondary: three independent projects pin libnvinfer 10.8.0.43-1+cuda12.8 in this image, and "
-                  "NVIDIA/TensorRT#4346 says 10.8 is in the 25.01 container; NVIDIA's Triton compatibility matrix "
-                  "(triton-inference-server/server docs/introduction/compatibility.md) lists 10.8.0.43 / CUDA 12.8 "
-                  "for the same month"),
-    "10.9.0.34": ("nvcr.io/nvidia/tensorrt:25.03-py3", "12.8",
-                  "secondary: a project tested with this image reports TensorRT 10.9, CUDA 12.8.1, Ubuntu 24.04; "
-                  "NVIDIA's Triton compatibility matrix lists 10.9.0.34 / CUDA 12.8.1 for 25.03"),
-}
+# The NGC TensorRT images a ``container`` toolchain may use: the ``ngc-tensorrt`` rows of ``core.serving`` whose
+# TensorRT version NVIDIA itself publishes (status confirmed) or pins next to the image (primary-proxy: Triton's
+# Windows build of that month). Secondary rows (other projects' pins) and months no source names are not used: a
+# release without such a row is refused at validate, saying so (give image: yourself). Where two months ship one
+# release, the better-sourced, then the earlier, image is taken. Every shard still verifies the TensorRT version
+# inside its image before building (`orchestrate ci verify-shard`), so a wrong row fails the job naming both versions
+# instead of building with another release. docs/ci.md says how to add a row.
+_USABLE: tuple[str, ...] = ("confirmed", "primary-proxy")
+
+
+def _container_rows() -> tuple[ServingStack, ...]:
+    rows = [s for s in STACKS if s.kind == "ngc-tensorrt" and s.status in _USABLE and s.image]
+    return tuple(sorted(rows, key=lambda s: (_USABLE.index(s.status), _parts(s.release))))
 
 
 def _parts(version: str) -> tuple[int, ...]:
@@ -51,27 +54,49 @@ def _parts(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _nearest(version: str, k: int = 3) -> list[str]:
+CONTAINERS: tuple[ServingStack, ...] = _container_rows()
+
+
+def _row_for(version: str) -> ServingStack | None:
+    """The image of an exact release: a row with that version, else a row known only as its major.minor.patch (the
+    shard's check reads the build number inside the image)."""
+    want = _parts(version)
+    for row in CONTAINERS:
+        if _parts(row.tensorrt) == want:
+            return row
+    for row in CONTAINERS:
+        have = _parts(row.tensorrt)
+        if len(have) == 3 and want[:3] == have:
+            return row
+    return None
+
+
+def _nearest(version: str, k: int = 3) -> list[ServingStack]:
     want = _parts(version)
 
-    def distance(known: str) -> tuple[int, ...]:
-        have = _parts(known)
+    def distance(row: ServingStack) -> tuple[int, ...]:
+        have = _parts(row.tensorrt)
         return tuple(abs(a - b) for a, b in zip(have + (0,) * 4, want + (0,) * 4, strict=False))
 
-    return sorted(CONTAINERS, key=distance)[:k]
+    seen: dict[str, ServingStack] = {}
+    for row in sorted(CONTAINERS, key=distance):
+        seen.setdefault(row.tensorrt, row)
+    return list(seen.values())[:k]
 
 
 def container_image(version: str) -> tuple[str | None, str | None, str, str]:
-    """(image, cuda, source, why-missing) of an exact TensorRT release. A 3-part version matches the one known
-    4-part release that starts with it."""
-    row = CONTAINERS.get(version)
-    if row is None and len(_parts(version)) == 3:
-        same = [v for v in CONTAINERS if v.startswith(version + ".")]
-        row = CONTAINERS[same[0]] if len(same) == 1 else None
+    """(image, cuda, source, why-missing) of an exact TensorRT release."""
+    row = _row_for(version)
     if row is not None:
-        return row[0], row[1], row[2], ""
-    near = ", ".join(f"{v} ({CONTAINERS[v][0]})" for v in _nearest(version))
-    return None, None, "", (f"no NGC TensorRT container of TensorRT {version} is known to this tool"
+        three = len(_parts(row.tensorrt)) == 3
+        source = (f"{row.name} ({row.status}): {row.source}"
+                  + (f"; known only as {row.tensorrt}: the shard's version check confirms the build number"
+                     if three else ""))
+        return row.image, row.cuda, source, ""
+    near = ", ".join(f"{r.tensorrt} ({r.image})" for r in _nearest(version))
+    return None, None, "", (f"no NGC TensorRT container of TensorRT {version} is known to this tool: no NVIDIA "
+                            "publication (release notes, a file in an NVIDIA repository) found names an image that "
+                            "ships it, and an image is never guessed"
                             + (f"; nearest known: {near}" if near else ""))
 
 

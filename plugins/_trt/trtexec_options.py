@@ -1,17 +1,16 @@
 """trtexec's option names per TensorRT OSS tag: what ``samples/common/sampleOptions.cpp`` (and ``trtexec.cpp``) of
-github.com/NVIDIA/TensorRT parse at each tag (``OSS@<tag>:samples/common/sampleOptions.cpp``).
+https://github.com/NVIDIA/TensorRT parse at each tag (``SOURCE`` names the file at a tag).
 
-Copied from shared/reference/trt-api-surface/trtexec_options.json (option names parsed by
-sampleOptions.cpp and trtexec.cpp at each OSS tag); tests/conformance/
-test_trtexec_options.py checks every flag ``builders/trtexec.py`` emits against the set of the tag a release maps
-to (``tag_for``), and that this table still equals the reference where the reference is present. Data only.
+The same lists, with the URL of each tag's file, are carried as data in tests/conformance/data/trtexec_options.json;
+tests/conformance/test_trtexec_options.py checks that this table equals them and that every flag
+``builders/trtexec.py`` emits is in the set of the tag a release maps to (``tag_for``). Data only.
 """
 
 from __future__ import annotations
 
 from orchestrator.core.versions import parse_version
 
-SOURCE = "shared/reference/trt-api-surface/trtexec_options.json"
+SOURCE = "https://github.com/NVIDIA/TensorRT/blob/{tag}/samples/common/sampleOptions.cpp"
 # tag -> option names (each with its leading "--"), read at that tag
 _RAW: dict[str, str] = {
     "v8.6.1": (

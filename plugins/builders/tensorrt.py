@@ -1,14 +1,15 @@
 """The ``tensorrt`` builder: TensorRT 8.6 / 10.x / 11.x through its Python API, on a GPU runner.
 
 Thin by design: every per-version decision lives in ``_trt_config`` (pure, unit-tested); this module only
-drives the real API in the documented order (shared/reference/tensorrt-api.md §2-§4): Builder -> network with
-the planned creation flags -> OnnxParser -> optimization profiles -> config via ``_trt_config.apply`` ->
+drives the real API in the order NVIDIA's samples use (NVIDIA/TensorRT samples/python/
+introductory_parser_samples/onnx_resnet50.py, samples/python/common.py): Builder -> network with
+the planned creation flags -> OnnxParser -> optimization profiles -> config via ``_trt_apply.apply`` ->
 (int8 calibrator on <= 10.x) -> timing cache -> ``build_serialized_network`` -> engine inspector JSON.
 TensorRT proper cannot be installed on the project's CI machines, so this path runs only on GPU runners with
 TensorRT; tests/integration/test_tensorrt_hw.py exercises it there and skips, naming what is missing, elsewhere;
 tests/unit/test_builder_tensorrt.py drives it against stand-ins built to the dumped binding surfaces.
 
-- ``options.extra``: the mapping to config calls is ``_trt_config.EXTRA_OPTIONS`` (``avg_timing_iterations`` ->
+- ``options.extra``: the mapping to config calls is ``_trt.extra_options.EXTRA_OPTIONS`` (``avg_timing_iterations`` ->
   ``config.avg_timing_iterations``, ``max_aux_streams`` -> ``config.max_aux_streams``, ``sparse_weights: true``
   -> ``BuilderFlag.SPARSE_WEIGHTS``, ``tf32: false`` -> ``clear_flag(BuilderFlag.TF32)``, ``max_num_tactics`` ->
   ``config.max_num_tactics`` from 10.4); any other key is refused (at validate, and again at build).
@@ -52,8 +53,12 @@ from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._onnx.data import iter_samples
+from trt_orchestrator_plugins._trt import apply as _trt_apply
 from trt_orchestrator_plugins._trt import calibration as _calibration
+from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import plan_header as _plan_header
+from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 
 ENGINE_FILE = "engine.plan"
@@ -336,11 +341,14 @@ class TensorRTBuilder:
         version, why = installed_version()
         if version is None:
             return why
-        return _trt_config.build_runner_reason(fingerprint, target, version)
+        return _runner_checks.build_runner_reason(fingerprint, target, version)
 
     def build(self, request: BuildRequest) -> BuildResult:
         trt = import_tensorrt()
         version = str(trt.__version__)
+        why = _compat.builder_version_reason(request.target.name, request.target.builder_version, version)
+        if why:
+            raise BuildError(why, node=request.address)
         plan = _trt_config.plan_build_config(version, "tensorrt", request.precision, request.native_precision,
                                              request.options, request.target, tool="python",
                                              host_platform=host_platform(),
@@ -384,7 +392,7 @@ class TensorRTBuilder:
         logger = make_logger(trt, log)
         log(f"TensorRT {version}: building {request.address} from {request.onnx_path}")
         builder = trt.Builder(logger)
-        network, _parser = _network(trt, builder, _trt_config.network_flags_value(plan, trt),
+        network, _parser = _network(trt, builder, _trt_apply.network_flags_value(plan, trt),
                                     Path(request.onnx_path), logger, log, version, request.address)
         config = builder.create_builder_config()
         made_profiles = _add_profiles(builder, config, request.profiles)
@@ -394,7 +402,7 @@ class TensorRTBuilder:
             calibrator, calibration = self._calibrator_for_build(trt, version, plan, request, network, out_dir, log)
         cache = _TimingCache(request, plan, version, out_dir)
         try:
-            for line in _trt_config.apply(plan, trt, builder, network, config, calibrator=calibrator):
+            for line in _trt_apply.apply(plan, trt, builder, network, config, calibrator=calibrator):
                 log(line)
             if calibrator is not None and made_profiles:
                 try:  # dynamic shapes: calibrate at the first profile (deprecated 10.1 with the calibrators)
@@ -419,7 +427,14 @@ class TensorRTBuilder:
             raise BuildError(f"TensorRT {version} build_serialized_network returned None",
                              node=request.address, log_tail=log.tail())
         engine_path = out_dir / ENGINE_FILE
-        timing_cache.write_atomic(engine_path, bytes(memoryview(serialized)))
+        data = bytes(memoryview(serialized))
+        # recorded: trt.__version__, with the build number from the plan's own header where the module reports
+        # only major.minor.patch (the 8.6.1 and 10.0-10.7 wheels)
+        recorded, contradiction = _plan_header.recorded_version(
+            version, _plan_header.read_header(data[:_plan_header.HEADER_BYTES]), request.target.builder_version)
+        if contradiction:
+            raise BuildError(contradiction, node=request.address, log_tail=log.tail())
+        timing_cache.write_atomic(engine_path, data)
         log(f"engine written: {engine_path} ({engine_path.stat().st_size} bytes) in {seconds:.1f} s")
         cache.finish(config, log)
 
@@ -432,7 +447,7 @@ class TensorRTBuilder:
             engine_path=engine_path,
             log_path=out_dir / LOG_FILE,
             builder=self.name,
-            builder_version=version,
+            builder_version=recorded,
             build_seconds=seconds,
             layer_info_path=layer_info,
             metadata={"config": plan.to_json(), "profiles": [p.name for p in request.profiles],

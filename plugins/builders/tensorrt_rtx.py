@@ -1,20 +1,26 @@
 """The ``tensorrt-rtx`` builder: ahead-of-time TensorRT-RTX engines for a list of compute capabilities.
 
-RTX AOT builds run on the CPU with no GPU or driver (shared/reference/tensorrt-api.md §8, measured §10), so any
-runner with the ``tensorrt-rtx`` wheel can build; the engines run only on RTX/Ampere+ GPUs whose CC is in the
-engine's list. Networks are always strongly typed: RTX 1.x has no FP16/INT8/BF16/FP8 builder flags, so lower
-precisions arrive as an already-converted ONNX (fp16/bf16 transforms) or as Q/DQ nodes (int8-qdq).
+RTX AOT builds run on the CPU with no GPU or driver (RTX docs, "CPU-Only AOT and TensorRT-RTX Engines",
+https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/inference-library/cpu-engines.html ; measured with
+RTX 1.7.1 on machines with neither), so any runner with the ``tensorrt-rtx`` wheel can build; the engines run only
+on RTX/Ampere+ GPUs whose CC is in the engine's list. Networks are always strongly typed: RTX 1.x has no
+FP16/INT8/BF16/FP8 builder flags, so lower precisions arrive as an already-converted ONNX (fp16/bf16 transforms)
+or as Q/DQ nodes (int8-qdq).
 
-``tensorrt_rtx`` is imported inside ``build`` only; ``capabilities`` and ``available`` read package metadata.
+``tensorrt_rtx`` is imported inside ``build`` only; ``available`` reads the version of what that import would load
+without importing it (``_trt.install``).
 
 - Options: it applies ``optimization_level``, ``tiling_level`` and ``workspace_mib`` (``reads_options``; only
   they reach its build keys) and no ``options.extra`` key (any is refused at validate, and again at build).
 - Timing cache: none. RTX 1.2 deprecated the timing-cache APIs and made them no-ops, and using them forces a GPU
-  during AOT builds (reference §8, RTX timing-cache-migration.html); so a build reports no timing cache read or
-  written (``timing_cache_read/written/path`` None), ``pins_timing_cache`` is False and a pin is refused at
-  validate. RTX's own cache is the runtime (JIT) cache, which the ``tensorrt-rtx`` runtime keeps.
-- Platform: RTX engines are OS-independent (reference §8: "RTX engines are OS-independent, but not compatible
-  across RTX releases", from the RTX helloWorld comments and engine-compatibility.html), so
+  during AOT builds (RTX 1.1 release notes, "Limitations",
+  https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/getting-started/release-notes-1/1.1.html ); so a
+  build reports no timing cache read or written (``timing_cache_read/written/path`` None), ``pins_timing_cache``
+  is False and a pin is refused at validate. RTX's own cache is the runtime (JIT) cache, which the
+  ``tensorrt-rtx`` runtime keeps.
+- Platform: RTX engines are OS-independent ("portable to both Windows and Linux operating systems", cpu-engines.html
+  above; "not compatible between different releases of TensorRT-RTX",
+  https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/inference-library/engine-compatibility.html ), so
   ``platform_specific`` is False: the target's platform is not a key input and ``pull`` does not refuse another
   OS. The AOT list itself supports this: the same x86_64 wheel that builds here offers ``ComputeCapability.SM121``
   (GB10, a part only sold in aarch64 systems) as a target.
@@ -23,23 +29,23 @@ precisions arrive as an already-converted ONNX (fp16/bf16 transforms) or as Q/DQ
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import same_version
+from orchestrator.core.versions import same_release
 from orchestrator.errors import BuildError
+from trt_orchestrator_plugins._trt import install
 from trt_orchestrator_plugins._trt.config import RTX_READS
 from trt_orchestrator_plugins._trt.plan_header import read_header
+from trt_orchestrator_plugins._trt.releases import exact_problem
 
 DISTRIBUTION = "tensorrt-rtx"
 MODULE = "tensorrt_rtx"
@@ -47,25 +53,28 @@ ENGINE_NAME = "engine.plan"
 LOG_NAME = "build.log"
 LAYERS_NAME = "layers.json"
 
-# ORT's dynamic-quantization ops have no TensorRT importer (measured, reference §10); name the way out.
+# ORT's dynamic-quantization ops have no TensorRT importer (measured: the RTX 1.7.1 parser rejects ConvInteger,
+# MatMulInteger and DynamicQuantizeLinear); name the way out.
 _ORT_ONLY_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul"}
 
 _NO_FLAG = ("TensorRT-RTX {v} has no {p} builder flag: RTX networks are strongly typed only "
-            "(reference §1 footnote 1 and §8; BuilderFlag in 1.7 has no FP16/INT8/BF16 members, §10)")
+            "(its BuilderFlag has no FP16/INT8/BF16 members; NVIDIA/TensorRT-RTX "
+            "samples/helloWorld/python/hello_world.py builds strongly typed networks only)")
 
 
 def _installed_version() -> str | None:
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
+    """The ``__version__`` of what ``import tensorrt_rtx`` would load, read without importing it
+    (``_trt.install``); None when that import would fail."""
+    found = install.find_install(install.RTX_MODULES, install.RTX_DISTRIBUTIONS)
+    return found.version if found is not None else None
 
 
 def _version_matches(installed: str, wanted: str) -> bool:
-    """The version rule (``core.versions.same_version``): the parts both carry agree, so ``1.7.1.116`` needs
-    exactly that build and a shorter target version (``1.7``) matches on its parts. RTX engines are not
-    compatible across RTX releases (reference §8), so no looser rule exists."""
-    return same_version(installed, wanted.strip())
+    """The version rule (``core.versions.same_release``): the parts both carry agree and the target is at least as
+    precise as the install, so ``1.7.1.116`` needs exactly that build and a looser target (``1.7``) names no
+    release (validate refuses it). RTX engines are not compatible across RTX releases (RTX docs,
+    engine-compatibility.html), so no looser rule exists."""
+    return same_release(wanted.strip(), installed)
 
 
 class _LogSink:
@@ -133,7 +142,8 @@ def _capture(trt, path: Path, echo: Callable[[str], None]) -> Iterator[_LogSink]
 
 
 def _cc_enum(trt, cc: str):
-    """``"8.6"`` -> ``trt.ComputeCapability.SM86`` (Polygraphy builds the name the same way, reference §8)."""
+    """``"8.6"`` -> ``trt.ComputeCapability.SM86`` (Polygraphy builds the name the same way:
+    NVIDIA/TensorRT tools/Polygraphy/polygraphy/backend/tensorrt_rtx/config.py)."""
     major, _, minor = cc.strip().partition(".")
     name = f"SM{major}{minor or '0'}"
     member = getattr(trt.ComputeCapability, name, None)
@@ -159,7 +169,8 @@ def _parser_errors(parser) -> list[str]:
 def _layer_info_from_inspector(trt, plan: bytes, out: Path) -> tuple[str | None, str | None]:
     """Deserialize the plan and dump the inspector's JSON. Needs a CUDA driver and a GPU whose CC is in the
     engine's list: on a CPU-only runner deserialize_cuda_engine returns None ("CUDA driver version is
-    insufficient", measured here), on a CC 9.0 GPU the runtime refuses every RTX engine (reference §10).
+    insufficient", measured here), on a CC 9.0 GPU the runtime refuses every RTX engine (measured on a lent H100:
+    "The engine cannot run on this GPU, which has compute capability 9.0").
     Returns (source, reason why not)."""
     global _SINK
     saved, _SINK = _SINK, None  # keep deserialization noise out of the build log; keep its errors as the reason
@@ -247,30 +258,31 @@ class TensorRtxBuilder:
                   for p in ("fp16", "bf16", "int8", "fp8")}
         reason["fp8"] += " (FP8 GEMMs need CC >= 8.9, RTX docs 'Advanced')"
         return BuilderCapabilities(
-            native=frozenset(),  # no precision builder flags in RTX 1.x (reference §1, §8, §10)
+            native=frozenset(),  # no precision builder flags in RTX 1.x (strongly typed networks only)
             via_transform=frozenset({"fp16", "bf16", "int8", "fp8"}),
             target_kinds=frozenset({"compute_capability", "compute_capability_list"}),
-            needs_gpu=False,  # AOT: CPU-only builds (RTX docs cpu-engines.html, reference §8)
+            needs_gpu=False,  # AOT: CPU-only builds (RTX docs, cpu-engines.html)
             runs_on="RTX/Ampere+ GPUs with CC in the engine's list (8.0, 8.6, 8.9, 12.x); not 9.0/10.0",
             native_missing_reason=reason,
             supports_calibrator=False,
             engine_suffix=".plan",
             reads_options=RTX_READS,  # optimization_level, tiling_level, workspace_mib
             extra_options={},  # applies none: any options.extra key is refused at validate
-            # Decision: RTX engines are OS-independent (shared/reference/tensorrt-api.md §8, citing the RTX
-            # helloWorld comments and docs engine-compatibility.html); see the module docstring.
+            # Decision: RTX engines are OS-independent (RTX docs cpu-engines.html: "portable to both Windows and
+            # Linux"); see the module docstring.
             platform_specific=False,
             calibration_family=None,
-            pins_timing_cache=False,  # timing cache APIs are no-ops since RTX 1.2 (reference §8)
+            pins_timing_cache=False,  # timing cache APIs are no-ops since RTX 1.2 (see the module docstring)
             # PyPI ships `tensorrt-rtx` wheels (the demo's pin); NVIDIA publishes no TensorRT-RTX container
             provisioning=Provisioning(
                 pip_requirements={"": (f"tensorrt-rtx=={version}",)},
                 container_missing=f"NVIDIA publishes no container image of TensorRT-RTX {version}"),
+            version_problem=exact_problem(version, "tensorrt-rtx"),
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
         installed = _installed_version()
-        if installed is None or importlib.util.find_spec(MODULE) is None:
+        if installed is None:
             return (f"tensorrt-rtx {target.builder_version} is not installed "
                     f"(pip install 'trt-orchestrator[rtx]')")
         if not _version_matches(installed, target.builder_version):
@@ -329,7 +341,7 @@ class TensorRtxBuilder:
             "engine_bytes": len(plan),
             "layer_info": source,
             "layer_info_skipped": skipped,
-            "timing_cache": "not used: deprecated no-op since RTX 1.2 that forces a GPU during AOT (reference §8)",
+            "timing_cache": "not used: deprecated no-op since RTX 1.2 that forces a GPU during AOT builds",
         }
         return BuildResult(
             engine_path=engine_path,
@@ -348,8 +360,9 @@ class TensorRtxBuilder:
     def _build_plan(self, trt, request: BuildRequest, sink: _LogSink) -> tuple[bytes, dict]:
         logger = _logger(trt)
         builder = trt.Builder(logger)
-        # RTX only supports strongly typed networks (RTX helloWorld sample, reference §8); never an enum integer
-        # (11.0 renumbered this enum, reference §0.3).
+        # RTX only supports strongly typed networks ("TensorRT-RTX only supports strongly typed networks",
+        # NVIDIA/TensorRT-RTX samples/helloWorld/python/hello_world.py); never an enum integer (TensorRT 11.0
+        # renumbered NetworkDefinitionCreationFlag: STRONGLY_TYPED is 1 in the 10.x surfaces, 0 in 11.x).
         network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
         parser = trt.OnnxParser(network, logger)
         if not parser.parse_from_file(str(request.onnx_path)):
@@ -403,7 +416,7 @@ class TensorRtxBuilder:
             + [network.get_output(i) for i in range(network.num_outputs)]
         ]
         facts = {
-            "compute_capabilities": list(ccs) or "default (RTX portability set; reference §8)",
+            "compute_capabilities": list(ccs) or "default (RTX portability set: 8.0, 8.6, 8.9, 12.0 and later)",
             "profile_count": config.num_optimization_profiles,
             "profiles": [p.name for p in request.profiles],
             "io_tensors": io,
@@ -413,7 +426,8 @@ class TensorRtxBuilder:
 
     @staticmethod
     def _apply_options(trt, config, request: BuildRequest) -> dict:
-        """Set what the options ask for, feature-testing each setter (reference §0.2); return what was set."""
+        """Set what the options ask for, feature-testing each setter (Polygraphy's ``try_run`` pattern); return
+        what was set."""
         options = request.options
         applied: dict = {}
 
@@ -437,7 +451,7 @@ class TensorRtxBuilder:
         if options.strongly_typed is False:
             request.log("tensorrt-rtx: strongly_typed: false ignored; RTX networks are always strongly typed")
         if options.version_compatible:
-            raise BuildError("TensorRT-RTX engines are not compatible across RTX releases (reference §8)",
+            raise BuildError("TensorRT-RTX engines are not compatible across RTX releases",
                              node=request.address, hint="drop version_compatible from this target")
         return applied
 

@@ -1,15 +1,16 @@
 """The ``trtexec`` builder: the same per-version plan as the ``tensorrt`` builder, spelled as trtexec flags.
 
 ``trtexec_command`` (pure) translates a ``_trt_config.BuildConfigPlan`` into a command line for that trtexec
-version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows
-shared/reference/tensorrt-api.md §6, which was read from ``samples/common/sampleOptions.cpp`` at each tag (the
-READMEs are stale: they still show ``--int8``/``--workspace``), and the option sets per tag in
-shared/reference/trt-api-surface/trtexec_options.json.
+version; ``parse_trtexec_output`` (pure) reads its log. Flag availability per version follows the option names
+``samples/common/sampleOptions.cpp`` of NVIDIA/TensorRT parses at each tag (``_trt/trtexec_options.py``; the
+READMEs are stale: they still show ``--int8``/``--workspace``) and NVIDIA's trtexec migration notes
+(https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-trtexec.html).
 
-- ``options.extra`` (``_trt_config.EXTRA_OPTIONS``, gated by trtexec's own option sets): ``avg_timing_iterations``
-  -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``, ``sparse_weights: true`` ->
-  ``--sparsity=enable``, ``tf32: false`` -> ``--noTF32`` (all 8.6.1+), ``max_num_tactics`` -> ``--maxTactics=N``
-  (10.7+: absent from the v10.1.0 option table, present from v10.7.0). Any other key is refused.
+- ``options.extra`` (``_trt.extra_options.EXTRA_OPTIONS``, gated by trtexec's own option sets):
+  ``avg_timing_iterations`` -> ``--avgTiming=N``, ``max_aux_streams`` -> ``--maxAuxStreams=N``,
+  ``sparse_weights: true`` -> ``--sparsity=enable``, ``tf32: false`` -> ``--noTF32`` (all 8.6.1+),
+  ``max_num_tactics`` -> ``--maxTactics=N`` (10.7+: absent from the v10.1.0 option table, present from v10.7.0).
+  Any other key is refused.
 - Timing caches: ``--timingCacheFile`` on the shared per-(GPU, version) file under its lock (trtexec reads and
   rewrites it); a pinned build (``request.timing_cache``) runs on a private copy of the pinned file with
   ``--errorOnTimingCacheMiss`` (10.0+; absent from trtexec 8.6.1) and fails naming the miss. Digests read/written
@@ -20,7 +21,7 @@ shared/reference/trt-api-surface/trtexec_options.json.
   ``EntropyCalibration2`` caches). Its ``calibrate`` therefore delegates to the ``tensorrt`` builder (Python API)
   when ``tensorrt`` of trtexec's version is importable on the runner, and otherwise refuses, saying so.
 - Platform: as the ``tensorrt`` builder; the linux/x86_64 -> windows/x86_64 cross-build passes
-  ``--runtimePlatform=WindowsAMD64`` (10.2+ per reference §6; in the option tables from v10.7.0) and skips
+  ``--runtimePlatform=WindowsAMD64`` (10.2+ in the Python API; in the option tables from v10.7.0) and skips
   ``--exportLayerInfo`` (the engine cannot be deserialized on the host).
 - More than one optimization profile: ``--profile=<i>`` before each shapes triple (10.0+); trtexec 8.6 builds one
   profile only and is refused.
@@ -50,11 +51,13 @@ from orchestrator.contracts.builder import (
 )
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import parse_version, same_version
+from orchestrator.core.versions import parse_version, same_release, same_version
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import compat as _compat
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import plan_header as _plan_header
+from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins._trt import timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as _tensorrt_builder
 
@@ -192,7 +195,7 @@ class TrtexecReport:
 
 _LINE_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*")  # "[11/21/2026-10:00:00] [I] "
 _VERSION_LINE = re.compile(r"TensorRT version:\s*([0-9][0-9.]*)")
-# "[TensorRT v101303] [b9]": the build number follows the banner from 10.13.3 (reference README, facts table)
+# "[TensorRT v101303] [b9]": from 10.13.3 on the banner trtexec prints carries the build number
 _BANNER = re.compile(r"\[TensorRT v(\d+)\](?:\s*\[b(\d+)\])?")
 _BUILD_TIME = re.compile(r"Engine built in\s+([0-9.]+)\s*sec")
 _THROUGHPUT = re.compile(r"^Throughput:\s*([0-9.eE+-]+)\s*qps")
@@ -259,6 +262,14 @@ def parse_trtexec_output(text: str) -> TrtexecReport:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def exact_version(reported: str, target_version: str) -> str:
+    """The release a runner's tool reported, completed with the target's further parts where the tool reports fewer
+    (trtexec's banner before 10.13.3, ``trt.__version__`` before 10.8): only after ``same_release(target,
+    reported)`` held, so the two agree on every part the tool carries. Names per-version files (timing caches)."""
+    have, want = parse_version(reported), parse_version(target_version)
+    return ".".join(str(p) for p in want) if len(want) > len(have) else reported
+
+
 def locate_trtexec() -> tuple[str | None, str | None]:
     """(path, None) or (None, why not). ``TRTEXEC`` wins over PATH."""
     env = os.environ.get("TRTEXEC")
@@ -306,13 +317,24 @@ class TrtexecBuilder:
         why = _compat.builder_version_reason(target.name, target.builder_version, version, f"trtexec ({exe})")
         if why:
             return why
-        return _trt_config.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
+        return _runner_checks.build_runner_reason(fingerprint, target, target.builder_version, "trtexec")
 
     def build(self, request: BuildRequest) -> BuildResult:
         exe, why = locate_trtexec()
         if exe is None:
             raise BuildError(why or "trtexec not found", node=request.address)
-        version = request.target.builder_version
+        # The release trtexec itself reports, not the target's string: the target must name exactly that release,
+        # and the shared timing cache is named after it (completed with the target's build number where the banner
+        # has none: the two agree on every part the banner carries).
+        reported = probe_version(exe)
+        if reported is None:
+            raise BuildError(f"could not read the TensorRT version of {exe} (--help printed no [TensorRT vNNNN] "
+                             "banner)", node=request.address)
+        why = _compat.builder_version_reason(request.target.name, request.target.builder_version, reported,
+                                             f"trtexec ({exe})")
+        if why:
+            raise BuildError(why, node=request.address)
+        version = exact_version(reported, request.target.builder_version)
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         pinned = Path(request.timing_cache) if request.timing_cache is not None else None
@@ -362,10 +384,12 @@ class TrtexecBuilder:
                                               node=request.address, log_tail=tail, flag="--errorOnTimingCacheMiss")
             first = report.errors[0] if report.errors else f"exit status {proc.returncode}"
             raise BuildError(f"trtexec failed: {first}", node=request.address, log_tail=tail)
-        used = report.tensorrt_version or version
-        if not same_version(used, version):
-            raise BuildError(f"trtexec reports TensorRT {used} but the target wants {version}",
-                             node=request.address, log_tail=tail)
+        used = report.tensorrt_version or reported
+        recorded, contradiction = _plan_header.recorded_version(used, _plan_header.read_header_file(engine),
+                                                                request.target.builder_version)
+        if contradiction or not same_release(request.target.builder_version, recorded):
+            raise BuildError(contradiction or f"trtexec built with TensorRT {recorded} but the target wants "
+                             f"{request.target.builder_version}", node=request.address, log_tail=tail)
         layer_info = out_dir / LAYER_INFO_FILE
         facts = {"mode": "pinned" if pinned else ("shared" if cache_file else "off"),
                  "pinned_from": str(pinned) if pinned else None, "read": read, "written": written,
@@ -374,7 +398,7 @@ class TrtexecBuilder:
             engine_path=engine,
             log_path=log_path,
             builder=self.name,
-            builder_version=version,
+            builder_version=recorded,
             build_seconds=report.build_seconds or seconds,
             layer_info_path=layer_info if layer_info.exists() else None,
             metadata={"command": cmd, "trtexec_version": report.tensorrt_version, "timing_cache": facts,

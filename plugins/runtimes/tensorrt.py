@@ -1,12 +1,14 @@
 """The ``tensorrt`` runtime, and the session code it shares with ``tensorrt-rtx``.
 
-Order of a load (shared/reference/tensorrt-api.md §4, §5): compatibility is decided from the descriptor first
+Order of a load: compatibility is decided from the descriptor first
 (``_trt.compat``), then the plan's own header is checked (``_trt.plan_header``), and only then are the bytes
 deserialized. The session uses the tensor-name API (8.5+): ``num_io_tensors``,
 ``get_tensor_name/mode/dtype``, ``set_input_shape``, ``set_tensor_address``, ``execute_async_v3(int stream)``;
 device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_memory_size_v2`` +
 ``set_device_memory``; 8.6 ``create_execution_context_without_device_memory`` + ``device_memory``
-(Polygraphy runner.py gates these at 10.1). Host buffers are pinned; timing uses CUDA events.
+(Polygraphy gates these at 10.1: NVIDIA/TensorRT tools/Polygraphy/polygraphy/backend/trt/runner.py; the 10.x and
+11.x surfaces in tests/conformance/data say which release has which). Host buffers are pinned; timing uses CUDA
+events.
 """
 
 from __future__ import annotations
@@ -215,10 +217,11 @@ class TensorRTRuntime:
     distributions: tuple[str, ...] = install.TENSORRT_DISTRIBUTIONS
 
     def probe(self) -> InstalledRuntime | None:
-        """The version of the distribution that provides the importable module (``tensorrt``, else
-        ``tensorrt_bindings``; ``tensorrt_rtx`` for RTX), read from package metadata without importing it
-        (TensorRT's import loads CUDA): ``_trt.install.find_install``. The features say which module and
-        distribution the version came from, and how the two were tied (``files``: its RECORD holds the module)."""
+        """What ``import tensorrt`` (``tensorrt_rtx`` for RTX) would load and its ``__version__``, read without
+        importing it (TensorRT's import loads CUDA): ``_trt.install.find_install``. None when that import would
+        fail (a bindings-only install has ``tensorrt_bindings`` but no ``tensorrt``). The features say which module
+        loads, where the version came from (``__version__``: the literal in the module or the one it re-exports,
+        ``via``), which distribution holds the module, and where its own metadata disagrees."""
         found = install.find_install(install.MODULES_OF.get(self.module, (self.module,)), self.distributions)
         if found is None:
             return None
@@ -268,7 +271,8 @@ class TensorRTRuntime:
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def preflight(self, trt: Any, runtime: Any, data: bytes, engine_path: Path, log: _RuntimeLog) -> None:
-        """TensorRT proper has no pre-load validity API (reference §5): the header check above is all."""
+        """TensorRT proper has no pre-load validity API (none in the 8.6-11.4 binding surfaces; TensorRT-RTX
+        added ``get_engine_validity`` in its 1.1): the header check above is all."""
 
     def create_context(self, trt: Any, engine: Any, options: RuntimeOptions,
                        descriptor: EngineDescriptor) -> tuple[Any, _cuda.DeviceBuffer, Callable[[Any], None] | None]:

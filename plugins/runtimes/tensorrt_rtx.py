@@ -10,7 +10,8 @@ Everything but three steps is the ``tensorrt`` runtime's code (``TensorRTRuntime
 3. on close the runtime cache is saved under ``options.cache_dir`` (lock + atomic replace, as timing caches).
 
 ``can_run`` uses ``_trt.compat``: the engine's CC list must hold this GPU's CC, and RTX runtimes refuse
-CC 9.0 (Hopper) outright (measured on an H100, reference §10).
+CC 9.0 (Hopper) outright (measured on a lent H100: "The engine cannot run on this GPU, which has compute
+capability 9.0. Supported compute capabilities: 8.0 8.6 8.9 12.0 12.1 >12.0").
 """
 
 from __future__ import annotations

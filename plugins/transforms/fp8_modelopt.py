@@ -1,6 +1,8 @@
 """fp8 by NVIDIA ModelOpt's ONNX post-training quantization into explicit Q/DQ nodes (FLOAT8E4M3FN), the form
-strongly typed builders take (shared/reference/tensorrt-api.md §2 "INT8/FP8/INT4/FP4: Q/DQ"; FP8 GEMMs need
-CC >= 8.9, which the resolver enforces). Evidence and measurements: docs/fp8-modelopt.md.
+strongly typed builders take (BuilderFlag.FP8 -> "Explicit quantization with Q/DQ nodes" in NVIDIA's 10.x-to-11.x
+migration reference,
+https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html;
+FP8 GEMMs need CC >= 8.9, which the resolver enforces). Evidence and measurements: docs/fp8-modelopt.md.
 
 ``modelopt.onnx.quantization.quantize(quantize_mode="fp8", calibration_eps=["cpu"], ...)``: ModelOpt picks the
 nodes to quantize (Conv/Gemm/MatMul and residual Adds), calibrates with onnxruntime on the CPU (entropy or max),

@@ -1,13 +1,17 @@
 """int8 by static calibration into explicit Q/DQ nodes: the form strongly typed builders (TensorRT-RTX,
-TensorRT 10.12+/11) and onnxruntime both take (shared/reference/tensorrt-api.md §2 "INT8/FP8/INT4/FP4: Q/DQ").
+TensorRT 10.12+/11) and onnxruntime both take (TensorRT 11 replaces BuilderFlag.INT8 and the calibrators with
+"Explicit quantization with Q/DQ nodes": NVIDIA's 10.x-to-11.x migration reference,
+https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html).
 
 ``onnxruntime.quantization.quantize_static`` with QDQ format, per-channel symmetric int8 weights and
 symmetric int8 activations; ``QuantizeBias: False`` because ORT otherwise quantizes biases to int32 and
-TensorRT's DequantizeLinear rejects Int32 inputs (shared/reference/toolchain.md, measured with RTX 1.7).
+TensorRT's DequantizeLinear rejects Int32 inputs (measured with the TensorRT-RTX 1.7 ONNX parser: "input has type
+Int32 but must have type ..."; with ``QuantizeBias: False`` the same model builds).
 ``quant_pre_process`` runs first with ``skip_symbolic_shape=True`` (symbolic shape inference needs sympy).
 
 Calibration feeds come from the manifest's DataSource at ``request.input_shapes`` (``_data.py``); random feeds
-calibrate badly (toolchain.md: 62-88% top-1 agreement) and the parity gate is what catches that.
+calibrate badly (measured: an int8 classifier calibrated on random data agreed with fp32 on 62-88% of top-1
+labels) and the parity gate is what catches that.
 
 Calibration caches. ``calibrate()`` computes the activation ranges once and writes them as onnxruntime's own
 calibration cache (``quantize_static(calibration_cache_path=...)``, JSON of tensor ranges with the method it was

@@ -25,7 +25,7 @@ from orchestrator.app.ci import workflow_files
 from orchestrator.app.pipeline import plan as plan_project
 from orchestrator.app.project import load_project
 from orchestrator.errors import ManifestError
-from trt_orchestrator_plugins._trt.provisioning import CONTAINERS, NVIDIA_INDEX
+from trt_orchestrator_plugins._trt.provisioning import NVIDIA_INDEX, container_image
 from trt_orchestrator_plugins.ci.github import ACTIONLINT_CONFIG_PATH, WORKFLOW_PATH
 
 from .ci_fixtures import REPO, actionlint, check_jsonschema, zizmor
@@ -88,8 +88,11 @@ def test_container_toolchain_refuses_a_release_with_no_known_image(tmp_path):
     text = "\n".join(f"{p.location()}: {p.message}" for p in info.value.problems)
     # every 10.13.3.9 target, naming the nearest known images; 11.1 has no image at all
     assert text.count("no NGC TensorRT container of TensorRT 10.13.3.9 is known") == 4, text
-    assert "nearest known: 10.9.0.34 (nvcr.io/nvidia/tensorrt:25.03-py3)" in text
-    assert "TensorRT 11.1.0.8" in text
+    # no NVIDIA publication names an image of it: refused, saying so (issue 23, Also), never guessed
+    assert "no NVIDIA publication (release notes, a file in an NVIDIA repository) found names an image" in text
+    assert "nearest known: 10.15.1 (nvcr.io/nvidia/tensorrt:26.02-py3), 10.9.0.34 (nvcr.io/nvidia/tensorrt:25.04-py3)" \
+        in text
+    assert "TensorRT 11.1.0.106" in text
     assert "fleet.yaml:" in text  # each at its manifest line
 
 
@@ -112,9 +115,9 @@ def test_container_shards_run_in_the_image_of_their_release(tmp_path):
             assert entry["image"] == "" and not set(targets) & set(VARIANT_VERSIONS)
             continue
         (version,) = {version_of[t] for t in targets}  # one toolchain, one release per shard
-        assert entry["image"] == CONTAINERS[version][0], entry
+        assert entry["image"] == container_image(version)[0], entry
         seen.add(entry["image"])
-    assert seen == {"nvcr.io/nvidia/tensorrt:25.01-py3", "nvcr.io/nvidia/tensorrt:25.03-py3"}
+    assert seen == {"nvcr.io/nvidia/tensorrt:25.01-py3", "nvcr.io/nvidia/tensorrt:25.04-py3"}
     # the committed workflow for this fleet lints clean (its container image comes from the matrix)
     _lint(tmp_path / "repo", workflow_files("github", ["manifests/fleet.yaml"], tmp_path / "repo"))
 
@@ -141,7 +144,8 @@ def test_pip_toolchain_entries_carry_exact_pins_and_the_index(tmp_path):
 def test_pip_refuses_a_release_pypi_does_not_have(tmp_path):
     data = _fleet_data()
     for target in data["targets"]:
-        if target["name"] == "h100-trt11":
+        if target["name"] == "h100-trt11":  # a build number PyPI does not have
+            target["builder_version"] = "11.1.0.8"
             target["toolchain"] = {"kind": "pip", "index_url": "https://pypi.example/simple"}
     path = _write_variant(tmp_path / "repo", data)
     with pytest.raises(ManifestError) as info:

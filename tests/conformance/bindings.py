@@ -6,9 +6,9 @@ downloads a wheel once into ``<repo>/.cache/trt-bindings/<version>/`` (git-ignor
 it, reads the symbols the extension leaves undefined (``nm -D --undefined-only``) and its ``NEEDED`` TensorRT
 libraries (``readelf -d``), and compiles stub libraries that define exactly those symbols (returning NULL/0) with
 the system C compiler under the sonames the extension asks for. ``environment(version)`` then gives the
-environment in which ``import tensorrt_bindings`` loads the REAL module (method as in
-shared/reference/trt-api-surface/README.md and its load_bindings.sh). Nothing native can run: the stubs return
-NULL, so the conformance driver never constructs a native object; it checks our adapters against the classes.
+environment in which ``import tensorrt_bindings`` loads the REAL module (tests/conformance/data/README.md). Nothing
+native can run: the stubs return NULL, so the conformance driver never constructs a native object; it checks our
+adapters against the classes, and the carried surface of each release against the module (``surface.py``).
 
 Stdlib only: the pytest process imports it, and ``python -m tests.conformance.bindings VERSION`` prepares one.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "trt-bindings"
-RELEASES = ("8.6.1", "10.0.1", "10.1.0", "10.8.0.43", "10.9.0.34", "10.13.3.9", "10.16.1.11", "11.0.0.114",
-            "11.4.0.106")
+RELEASES = ("8.6.1", "10.0.1", "10.1.0", "10.7.0", "10.8.0.43", "10.9.0.34", "10.12.0.36", "10.13.3.9", "10.16.1.11",
+            "11.0.0.114", "11.4.0.106")
 _NVIDIA_LIB = re.compile(r"\[(lib(?:nvinfer|nvonnxparser|nvparsers|nvinfer_plugin)[^\]]*)\]")
 # undefined symbols that libc / libstdc++ / libpython / libdl provide
 _SYSTEM = re.compile(r"^(Py|_Py|dl(open|sym|close|error)$|pthread_|__)")

@@ -39,10 +39,14 @@ from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.core.versions import parse_version
 from orchestrator.errors import BuildError
+from tests.conformance import surface as carried_surface
 from tests.conformance.standins import BufferStandIn, Checker, ModuleProxy, Recorder, StandIn
 from trt_orchestrator_plugins import _cuda
+from trt_orchestrator_plugins._trt import apply as _trt_apply
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import config as _trt_config
+from trt_orchestrator_plugins._trt import extra_options as _extra_options
+from trt_orchestrator_plugins._trt import runner_checks as _runner_checks
 from trt_orchestrator_plugins.builders import tensorrt as tensorrt_builder
 from trt_orchestrator_plugins.runtimes import tensorrt as tensorrt_runtime
 
@@ -315,14 +319,14 @@ class Run:
         logger = tensorrt_builder.make_logger(w.proxy, tensorrt_builder._LogLines(lambda line: None))
         builder = w.proxy.Builder(logger)
         try:
-            flags = _trt_config.network_flags_value(plan, w.proxy)
+            flags = _trt_apply.network_flags_value(plan, w.proxy)
             network = builder.create_network(flags)
             config = builder.create_builder_config()
             calibrator = None
             if plan.calibrator:
                 calibrator = tensorrt_builder.make_calibrator(w.proxy, plan.calibration_method or "entropy",
                                                               cache=b"")
-            _trt_config.apply(plan, w.proxy, builder, network, config, calibrator=calibrator)
+            _trt_apply.apply(plan, w.proxy, builder, network, config, calibrator=calibrator)
         except BuildError as e:
             self.fail(f"apply({label}) raised BuildError on an accepted plan: {e.message}")
         self.case("planner applied")
@@ -371,10 +375,10 @@ class Run:
             "STRONGLY_TYPED opt-in": (st is not None, plans(strongly_typed=True)),
             "ERROR_ON_TIMING_CACHE_MISS": ("ERROR_ON_TIMING_CACHE_MISS" in bf, caps.pins_timing_cache),
             "runtime_platform": ("runtime_platform" in dir(real.IBuilderConfig),
-                                 _trt_config.cross_build_member("linux/x86_64", "windows/x86_64", self.v, "tensorrt")
+                                 _runner_checks.cross_build_member("linux/x86_64", "windows/x86_64", self.v, "tensorrt")
                                  is not None),
             "max_num_tactics": ("max_num_tactics" in dir(real.IBuilderConfig),
-                                "max_num_tactics" in _trt_config.extra_options(self.v, "python")),
+                                "max_num_tactics" in _extra_options.extra_options(self.v, "python")),
             "platform_has_fast_fp16": ("platform_has_fast_fp16" in dir(real.Builder), self.v < (11,)),
             "create_execution_context_without_device_memory": (
                 "create_execution_context_without_device_memory" in dir(real.ICudaEngine),
@@ -564,6 +568,7 @@ def main() -> None:
     if sys.argv[1:] == ["selftest"]:
         print(json.dumps({"version": str(real.__version__), "violations": selftest(real)}))
         return
+    carried = carried_surface.compare(real, want)  # before anything is patched onto the module
     cuda = install_fake_cuda()
     run = Run(real)
     gates: dict[str, Any] = {}
@@ -576,7 +581,8 @@ def main() -> None:
     print(json.dumps({"version": str(real.__version__), "module": str(real.__file__), "cases": run.cases,
                       "violations": run.rec.violations, "deprecated": sorted(set(run.rec.deprecated)),
                       "used": sorted(set(run.rec.calls)), "refusals": run.refusals, "gates": gates,
-                      "cuda_calls": sorted(set(cuda.calls)), "seconds": round(time.perf_counter() - started, 2)}))
+                      "cuda_calls": sorted(set(cuda.calls)), "surface": carried,
+                      "seconds": round(time.perf_counter() - started, 2)}))
 
 
 if __name__ == "__main__":

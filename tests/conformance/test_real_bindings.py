@@ -5,7 +5,8 @@ stub native libraries are compiled for it (``bindings.py``), and ``tests/conform
 subprocess with the real module importable: it drives ``_trt.config`` (plan + apply over precisions x options x
 hardware levels), the ``tensorrt`` builder (build, int8 calibration, timing caches, parser errors, calibrate) and the
 ``tensorrt`` runtime (load, run, benchmark, close) against stand-ins that check every attribute, call, argument and
-property set against the real classes, and compares each version gate of our planner with the real surface. The
+property set against the real classes, compares each version gate of our planner with the real surface, and
+compares the surface the repository carries for that release (tests/conformance/data) with the real module. The
 releases run in parallel (one process each). Every violation is listed in the failure message.
 
 Needs: PyPI reachable on the first run (the wheels are ~1 MB each, reused afterwards), ``nm``/``readelf``/
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance import bindings
+from tests.conformance import bindings, surface
 
 TIMEOUT_S = 300
 
@@ -89,6 +90,22 @@ def test_version_gates_match_the_real_module(results: dict[str, dict[str, Any]],
     assert gates["STRONGLY_TYPED"] == {8: [None, False], 10: [1, False], 11: [0, True]}[v[0]]
 
 
+def test_every_carried_surface_is_a_conformance_release():
+    """Each release whose binding surface the repository carries is driven, and nothing else (no release is left
+    out of the run while its data sits in tests/conformance/data, nor run without its data)."""
+    assert surface.carried_versions() and sorted(bindings.RELEASES) == surface.carried_versions()
+
+
+@pytest.mark.parametrize("version", bindings.RELEASES)
+def test_carried_surface_is_the_real_module(results: dict[str, dict[str, Any]], version: str):
+    r = results[version]
+    assert "error" not in r, r.get("error")
+    s = r["surface"]
+    assert s["carried"] and s["classes"] > 100 and s["enums"] > 40, s
+    assert not s["differences"], (f"tests/conformance/data/surface_{version}.json.gz differs from the real "
+                                  f"{version} module:\n" + "\n".join(s["differences"][:50]))
+
+
 def test_standins_catch_violations():
     """A deliberately wrong use of each kind is recorded (run against the real 10.13.3.9 classes)."""
     r = _run("10.13.3.9", "selftest")
@@ -107,3 +124,17 @@ def test_standins_catch_violations():
                      "are no NetworkDefinitionCreationFlag"):
         assert expected in found, f"not caught: {expected!r}\n{found}"
     assert len(r["violations"]) == 12, found  # Builder("not a logger") is caught twice: signature and factory
+
+
+def test_a_changed_surface_is_caught():
+    """The comparison can fail: a method gone, an enum value moved, a property made read-only are each named."""
+    carried = surface.shape_of_carried(surface.load("10.13.3.9"))
+    real = json.loads(json.dumps(carried))
+    real["classes"]["IBuilderConfig"]["methods"].remove("set_flag")
+    real["enums"]["BuilderFlag"]["FP16"] += 1
+    real["classes"]["IBuilderConfig"]["properties"]["builder_optimization_level"] = False
+    found = surface.differences(carried, real)
+    assert found == ["enum BuilderFlag: carried " + str(carried["enums"]["BuilderFlag"]) + ", real "
+                     + str(real["enums"]["BuilderFlag"]),
+                     "IBuilderConfig.set_flag(): only carried",
+                     "IBuilderConfig.builder_optimization_level: carried settable=True, real settable=False"], found

@@ -184,8 +184,10 @@ def test_native_precision_is_refused(tiny_onnx, tmp_path):
 
 def test_available_checks_the_exact_installed_version():
     assert builder.available(NO_GPU, target(("8.6",))) is None
-    major_minor = ".".join(RTX_VERSION.split(".")[:2])
-    assert builder.available(NO_GPU, Target(name="t", builder="tensorrt-rtx", builder_version=major_minor)) is None
+    major_minor = ".".join(RTX_VERSION.split(".")[:2])  # a loose version names no release (issue 23.17)
+    loose = builder.available(NO_GPU, Target(name="t", builder="tensorrt-rtx", builder_version=major_minor))
+    assert loose == (f"installed tensorrt-rtx {RTX_VERSION} but target 't' wants {major_minor} (RTX engines load "
+                     "only on the release that built them)")
     reason = builder.available(NO_GPU, Target(name="old", builder="tensorrt-rtx", builder_version="1.6.0.23"))
     assert reason == (f"installed tensorrt-rtx {RTX_VERSION} but target 'old' wants 1.6.0.23 "
                       "(RTX engines load only on the release that built them)")

@@ -73,12 +73,13 @@ def test_ort_capabilities():
 
 @pytest.mark.parametrize("installed,wanted,ok", [
     ("1.7.1.116", "1.7.1.116", True),
-    ("1.7.1.116", "1.7", True),
+    ("1.7.1.116", "1.7", False),  # a loose target names no release (issue 23.17): validate refuses it
+    ("1.7.1", "1.7.1.116", True),  # an installed version without a build number cannot tell builds apart
     ("1.7.1.116", "1.7.1.115", False),
     ("1.7.1.116", "1.6.0.23", False),
     ("1.7.1.116", "1.7.10", False),
 ])
-def test_rtx_version_match_is_exact_on_the_components_given(installed, wanted, ok):
+def test_rtx_version_match_is_exact(installed, wanted, ok):
     assert rtx_plugin._version_matches(installed, wanted) is ok
 
 
@@ -161,7 +162,7 @@ targets:
     options: {extra: {max_aux_streams: 2, max_aux_stream: 2}}
   - name: old-trtexec
     builder: trtexec
-    builder_version: "10.1.0"
+    builder_version: "10.1.0.27"
     compute_capability: "8.9"
     options: {extra: {max_num_tactics: 4}}
   - name: pinned-rtx
@@ -195,7 +196,7 @@ def test_unknown_extra_options_are_refused_at_validate_by_the_real_loader(tmp_pa
                       "tensorrt 10.13.3.9 does not apply extra option 'max_aux_stream'"))
     assert hint.startswith("did you mean 'max_aux_streams'?") and "avg_timing_iterations: int >= 1" in hint
     hint = found.pop(("targets[3].options.extra.max_num_tactics",
-                      "trtexec 10.1.0 does not apply extra option 'max_num_tactics'"))
+                      "trtexec 10.1.0.27 does not apply extra option 'max_num_tactics'"))
     assert "max_aux_streams" in hint and "max_num_tactics" not in hint.split("applies:")[1]
     assert found.pop(("targets[4].options.timing_cache",
                       "tensorrt-rtx 1.7.1.116 keeps no timing cache to pin")) == \

@@ -261,3 +261,18 @@ def test_build_without_a_cache_calibrates_here(trt, tmp_path: Path):
     result = builder.build(request(tmp_path, precision="int8", native=True, calibration=DataSource(samples=2)))
     assert (tmp_path / "out" / "calibration.cache").read_bytes().startswith(b"TRT-101303-EntropyCalibration2")
     assert len(trt.batches) == 2 and result.metadata["calibration"]["source"] == "computed"
+
+
+# --- the recorded version (issue 23.17) -------------------------------------------------------------------------
+
+def test_the_recorded_version_is_the_module_s_completed_by_the_plan_header(monkeypatch, tmp_path: Path):
+    """trt.__version__ of the 8.6.1 wheel is 3-part; the plan's own header carries the build number (8.6.1.6)."""
+    install(monkeypatch, tensorrt_module, fake_tensorrt("8.6.1"))
+    monkeypatch.setattr(tensorrt_module, "host_platform", lambda: "linux/x86_64")
+    assert builder.build(request(tmp_path, "8.6.1.6", timing_cache=False)).builder_version == "8.6.1.6"
+
+
+def test_a_loose_target_is_refused_at_build(trt, tmp_path: Path):
+    with pytest.raises(BuildError, match=r"wants TensorRT 10\.13, which names no exact release; this runner's "
+                                         r"TensorRT is 10\.13\.3\.9"):
+        builder.build(request(tmp_path, "10.13"))

@@ -2,12 +2,13 @@
 
 TensorRT cannot be installed here, so the ``tensorrt``/``trtexec`` builder paths are driven against a fake module.
 The fake is not invented: its enums (member names and values), classes, methods and properties come from
-``test_builder_trt_surface.json``, a subset of the surfaces dumped from the real binding wheels
-(shared/reference/trt-api-surface/surface_<release>.json.gz, 8.6.1 ... 11.4). Every attribute our code touches on
+``test_builder_trt_surface.json``, a subset of the surfaces dumped from the real binding wheels, which the
+repository carries (tests/conformance/data/surface_<release>.json.gz, 8.6.1 ... 11.4; tests/conformance checks
+each against NVIDIA's real module of that release). Every attribute our code touches on
 a stand-in is checked against that version's surface: reading a method or property the release lacks raises
 AttributeError (as the real binding does), setting a read-only or absent property raises AttributeError, and an
 enum-typed property only takes a member of that enum. ``test_fixture_is_the_real_surface`` re-extracts the subset
-from the dumps (where they are on this machine) and fails on any drift.
+from those dumps and fails on any drift.
 
 What the fake *does* (calibrating, timing, writing caches) is scripted for the tests and stated as such in each
 test; only the API shape is NVIDIA's.
@@ -16,7 +17,6 @@ test; only the API shape is NVIDIA's.
 from __future__ import annotations
 
 import enum
-import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conformance import surface as carried_surface
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import timing_cache, trtexec_options
 
 FIXTURE = Path(__file__).with_name("test_builder_trt_surface.json")
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "trt-api-surface"
 
 CLASSES = ("IBuilderConfig", "Builder", "INetworkDefinition", "ITensor", "OnnxParser", "ParserError",
            "IOptimizationProfile", "ITimingCache", "IInt8Calibrator", "IInt8EntropyCalibrator2",
@@ -100,23 +100,18 @@ def surface_for(version: str) -> dict:
     return SURFACES[found[-1]]
 
 
+def _extracted() -> dict[str, dict]:
+    return {v: extract_subset(carried_surface.load(v)) for v in carried_surface.carried_versions()}
+
+
 def test_fixture_is_the_real_surface():
-    dumps = sorted(REFERENCE.glob("surface_*.json.gz")) if REFERENCE.is_dir() else []
-    if not dumps:
-        pytest.skip(f"the dumped binding surfaces are not on this machine ({REFERENCE}): the fixture cannot be "
-                    "re-checked here")
-    extracted = {}
-    for path in dumps:
-        surface = json.loads(gzip.open(path).read())
-        extracted[surface["version"]] = extract_subset(surface)
-    assert extracted == SURFACES
+    """Every carried release is in the fixture, each exactly its extracted subset (the data is in the tree)."""
+    extracted = _extracted()
+    assert len(extracted) >= 11 and extracted == SURFACES
 
 
 def write_fixture() -> None:  # pragma: no cover - how the fixtures were made (python -c "...write_fixture()")
-    out = {}
-    for path in sorted(REFERENCE.glob("surface_*.json.gz")):
-        surface = json.loads(gzip.open(path).read())
-        out[surface["version"]] = extract_subset(surface)
+    out = _extracted()
     lines = [f"{json.dumps(v)}: {json.dumps(out[v], sort_keys=True, separators=(',', ':'))}"
              for v in sorted(out, key=_version_key)]  # one release per line: diffs name the release
     FIXTURE.write_text("{\n" + ",\n".join(lines) + "\n}\n")
@@ -332,7 +327,10 @@ class FakeBuilder(_Checked):
                                                    "(ERROR_ON_TIMING_CACHE_MISS)")
                         return None
                     config._timing._entries.add(tactic)
-        return b"ftrt" + bytes(60)
+        # a plan header as TensorRT writes it: magic, serialization version 0, the version at bytes 24..27 (a
+        # module that reports 3 parts is release build 6 here, as 8.6.1.6)
+        parts = [int(p) for p in trt.__version__.split(".")[:4]] + [6]
+        return b"ftrt" + bytes(20) + bytes(p & 0xFF for p in parts[:4]) + bytes(36)
 
 
 class FakeInspector(_Checked):
@@ -453,7 +451,7 @@ def test_properties_and_enums_follow_each_release():
         config1013.runtime_platform = 1
     assert not hasattr(old.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS") and \
         hasattr(new.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS")
-    # 11.0 renumbered BuilderFlag (reference §0.3): the stand-in carries each release's own values
+    # 11.0 renumbered BuilderFlag (compare the 10.16 and 11.0 surfaces): the stand-in carries each release's own values
     assert int(fake_tensorrt("10.16.1.11").BuilderFlag.VERSION_COMPATIBLE) != \
         int(fake_tensorrt("11.0.0.114").BuilderFlag.VERSION_COMPATIBLE)
     assert not hasattr(fake_tensorrt("11.0.0.114"), "IInt8EntropyCalibrator2")

@@ -1,4 +1,4 @@
-"""core.serving: serving stacks -> the exact TensorRT release they ship (literal values from the research note)."""
+"""core.serving: serving stacks -> the exact TensorRT release they ship (literal values, each row with its source)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator.core.serving import NO_TENSORRT_11, STACKS, is_serving, releases, resolve_serving
 from orchestrator.errors import UsageError
+from scripts import serving_table
 
 
 @pytest.mark.parametrize(("text", "tensorrt", "cuda"), [
@@ -32,14 +33,36 @@ def test_triton_rows_are_the_trtllm_image(text, tensorrt, cuda):
 
 
 @pytest.mark.parametrize(("text", "tensorrt"), [
-    ("ngc-tensorrt:23.04", "8.6.1"), ("ngc-tensorrt:25.01", "10.8.0.43"), ("ngc-tensorrt:25.03", "10.9"),
+    ("ngc-tensorrt:23.04", "8.6.1"), ("ngc-tensorrt:26.08", "11.2.1.2"),
     ("jetpack:6.2", "10.3.0.30"), ("jetpack:5.1.3", "8.5.2.2"), ("jetpack:7.1", "10.13.3.9"),
 ])
-def test_ngc_and_jetpack_rows_are_secondary(text, tensorrt):
+def test_ngc_and_jetpack_rows_of_other_projects_are_secondary(text, tensorrt):
     stack = resolve_serving(text)
     assert stack.tensorrt == tensorrt
     assert stack.status == "secondary"
     assert stack.source
+
+
+# Issue 23, Also: the NGC TensorRT images whose TensorRT NVIDIA's own publications name (confirmed) or pin next to the
+# image (primary-proxy: Triton's Windows build of the month), each citing that source.
+@pytest.mark.parametrize(("release", "tensorrt", "status", "cited"), [
+    ("24.02", "8.6.3", "confirmed", "https://github.com/triton-inference-server/server/issues/6959"),
+    ("24.05", "10.0.1.6", "confirmed", "https://docs.nvidia.com/deeplearning/frameworks/mxnet-release-notes/"
+                                       "rel-24-05.html"),
+    ("24.07", "10.2.0.19", "primary-proxy", "commit/2bb9020d7da96818f411aef0b0d2bf53c2663a86"),
+    ("24.08", "10.3.0.26", "confirmed", "https://github.com/NVIDIA/DL4AGX/pull/110"),
+    ("24.09", "10.4.0.26", "primary-proxy", "commit/8cfb3b00c98783959ec417b7ca8098d984e68c36"),
+    ("24.12", "10.7.0.23", "primary-proxy", "commit/38520f6d04795363a8c76288863f4fabd59a58d1"),
+    ("25.01", "10.8.0.43", "primary-proxy", "https://github.com/NVIDIA/TensorRT/issues/4346"),
+    ("25.02", "10.8.0.43", "primary-proxy", "commit/ababbeb64be57417e96af69f572c570357b681f8"),
+    ("25.03", "10.9.0.34", "primary-proxy", "NVIDIA/TensorRT-LLM/blob/0237cabd8564e20bf7790db5df17bb631412011c"),
+    ("25.04", "10.9.0.34", "confirmed", "https://github.com/NVIDIA/DL4AGX/pull/110"),
+    ("26.02", "10.15.1", "confirmed", "https://github.com/NVIDIA/Model-Optimizer/pull/1112"),
+])
+def test_ngc_rows_with_an_nvidia_source(release, tensorrt, status, cited):
+    stack = resolve_serving(f"ngc-tensorrt:{release}")
+    assert (stack.tensorrt, stack.status, stack.image) == (tensorrt, status, f"nvcr.io/nvidia/tensorrt:{release}-py3")
+    assert cited in stack.source
 
 
 def test_ngc_image_and_spelling():
@@ -50,18 +73,22 @@ def test_ngc_image_and_spelling():
 
 
 def test_unverified_ngc_months_are_left_out():
-    # 24.12 (sources conflict), 25.08 (contradictory), 25.12 (an assumption): refused, never guessed
-    for release in ("24.12", "25.08", "25.12", "25.02"):
+    # no source (24.11, 25.05), only a 2-part version from NVIDIA staff (23.11), only CUDA known (25.08, 25.12), the
+    # 2023 8.6.1 months whose NVIDIA pin (8.6.1.6) disagrees with the images' dpkg (8.6.1.2): refused, never guessed
+    for release in ("24.11", "25.05", "23.11", "25.08", "25.12", "23.07", "23.12"):
         assert release not in releases("ngc-tensorrt")
         with pytest.raises(UsageError) as exc:
             resolve_serving(f"ngc-tensorrt:{release}")
-        assert "known ngc-tensorrt releases: 23.01, 23.02, 23.04, 24.05, 25.01, 25.03, 26.08" in exc.value.hint
+        assert ("known ngc-tensorrt releases: 23.01, 23.02, 23.04, 24.02, 24.05, 24.07, 24.08, 24.09, 24.12, 25.01, "
+                "25.02, 25.03, 25.04, 26.02, 26.08") in exc.value.hint
+        assert "no public source names, or whose sources disagree, is left out: this tool does not guess" in \
+            exc.value.hint
 
 
 def test_tensorrt_8_6_10_and_11_rows_each_with_a_source():
     by_major = {}
     for stack in STACKS:
-        assert stack.source and stack.status in ("confirmed", "secondary")
+        assert stack.source and stack.status in ("confirmed", "primary-proxy", "secondary")
         by_major.setdefault(stack.tensorrt.split(".")[0], []).append(stack.name)
     assert {"8", "10", "11"} <= set(by_major)
     assert resolve_serving("triton:23.05").tensorrt == "8.6.1.2"
@@ -101,7 +128,9 @@ def test_is_serving():
     assert not is_serving("trt10.13") and not is_serving("ort1.31") and not is_serving("foo:1")
 
 
-def test_docs_deploy_lists_every_row():
+def test_docs_deploy_holds_the_generated_table():
+    """docs/deploy.md's table is what scripts/serving_table.py renders from STACKS (regenerate with --write)."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    assert serving_table.current(text) == serving_table.block(), "run: python scripts/serving_table.py --write"
     for stack in STACKS:
         assert f"| `{stack.name}` | {stack.tensorrt} | {stack.cuda or '—'} | {stack.status} |" in text, stack.name

@@ -13,8 +13,9 @@ from orchestrator.core.fingerprint import GpuInfo, RunnerFingerprint
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
 from orchestrator.errors import BuildError
 from tests.unit.test_builder_trt_surface import RELEASES, SURFACES, FakeConfig, fake_tensorrt
+from trt_orchestrator_plugins._trt import apply as trt_apply
 from trt_orchestrator_plugins._trt import config as cfg
-from trt_orchestrator_plugins._trt import timing_cache
+from trt_orchestrator_plugins._trt import extra_options, runner_checks, timing_cache
 
 
 def target(version="10.13.3.9", ccs=("8.9",), hw="none", builder="tensorrt", platform="linux/x86_64",
@@ -184,7 +185,8 @@ class _Enum:
 
 
 def fake_trt(version="11.1.0.4"):
-    # 11.x numbering: STRONGLY_TYPED is 0 and 1 means PREFER_JIT_PYTHON_PLUGINS (reference §0).
+    # 11.x numbering: STRONGLY_TYPED is 0 and 1 means PREFER_JIT_PYTHON_PLUGINS (the 11.x surfaces in
+    # tests/conformance/data).
     return SimpleNamespace(
         __name__="tensorrt", __version__=version,
         NetworkDefinitionCreationFlag=_Enum(STRONGLY_TYPED=0, PREFER_JIT_PYTHON_PLUGINS=1),
@@ -211,9 +213,9 @@ def test_apply_resolves_names_at_apply_time():
     p = plan("11.1.0.4", version_compatible=True, exclude_lean_runtime=True, hw="ampere_plus", ccs=(),
              workspace_mib=64, optimization_level=4, tiling_level="fast")
     trt = fake_trt()
-    assert cfg.network_flags_value(p, trt) == 1 << 0
+    assert trt_apply.network_flags_value(p, trt) == 1 << 0
     config = _Config()
-    lines = cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config)
+    lines = trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config)
     assert config.flags == [12, 13]
     assert config.pools == {"WS": 64 << 20}
     assert config.builder_optimization_level == 4
@@ -226,7 +228,7 @@ def test_apply_resolves_names_at_apply_time():
 def test_apply_names_a_missing_enum_member():
     p = plan("10.13.3.9", "fp16", native=True)
     with pytest.raises(BuildError, match=r"has no BuilderFlag.FP16"):
-        cfg.apply(p, fake_trt("10.13.3.9"), SimpleNamespace(), SimpleNamespace(), _Config())
+        trt_apply.apply(p, fake_trt("10.13.3.9"), SimpleNamespace(), SimpleNamespace(), _Config())
 
 
 def test_apply_int8_needs_a_calibrator():
@@ -234,9 +236,9 @@ def test_apply_int8_needs_a_calibrator():
     trt = fake_trt("10.13.3.9")
     trt.BuilderFlag.INT8 = 3
     with pytest.raises(BuildError, match="needs a calibrator"):
-        cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), _Config())
+        trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), _Config())
     config = _Config()
-    cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config, calibrator="CAL")
+    trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config, calibrator="CAL")
     assert config.int8_calibrator == "CAL" and config.flags == [3]
 
 
@@ -258,7 +260,7 @@ def fp(cc="8.9", os_name="linux", arch="x86_64", l4t=None):
     ("8.9", target(ccs=("8.6", "8.9")), "10.13.3.9", "targets one compute capability"),
 ])
 def test_build_runner_reason(runner_cc, tgt, installed, expected):
-    reason = cfg.build_runner_reason(fp(runner_cc), tgt, installed)
+    reason = runner_checks.build_runner_reason(fp(runner_cc), tgt, installed)
     if expected is None:
         assert reason is None
     else:
@@ -409,8 +411,8 @@ def test_every_extra_option_offered_exists_in_that_release_surface(release):
     except where the reference dates it between two dumps)."""
     surface = SURFACES[release]
     config = surface["classes"]["IBuilderConfig"]
-    offered = cfg.extra_options(release, "python")
-    assert set(_API) == set(cfg.EXTRA_OPTIONS)
+    offered = extra_options.extra_options(release, "python")
+    assert set(_API) == set(extra_options.EXTRA_OPTIONS)
     for key, (kind, name) in _API.items():
         present = (config["properties"].get(name, {}).get("settable", False) if kind == "property"
                    else name in surface["enums"]["BuilderFlag"] and "clear_flag" in config["methods"])
@@ -428,7 +430,8 @@ def test_pin_and_cross_build_names_exist_where_used(release):
     assert cfg.capabilities(release).pins_timing_cache is has_flag
     has_platform = ("runtime_platform" in surface["classes"]["IBuilderConfig"]["properties"]
                     and "WINDOWS_AMD64" in surface["enums"].get("RuntimePlatform", {}))
-    assert (cfg.cross_build_member("linux/x86_64", "windows/x86_64", v, "tensorrt") is not None) is has_platform
+    cross = runner_checks.cross_build_member("linux/x86_64", "windows/x86_64", v, "tensorrt")
+    assert (cross is not None) is has_platform
     calibrators = {"IInt8EntropyCalibrator2", "IInt8MinMaxCalibrator"} <= set(surface["classes"])
     assert (cfg.capabilities(release).calibration_family == "tensorrt") is calibrators
 
@@ -442,7 +445,7 @@ def test_apply_sets_extras_cross_build_and_pin_on_the_real_surface():
     assert p.runtime_platform == "WINDOWS_AMD64" and "ERROR_ON_TIMING_CACHE_MISS" in p.builder_flags
     config = FakeConfig(trt)
     config.set_flag(trt.BuilderFlag.TF32)  # TensorRT's default
-    lines = cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config)
+    lines = trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), config)
     assert config._flags == {"ERROR_ON_TIMING_CACHE_MISS", "SPARSE_WEIGHTS"}
     assert (config.avg_timing_iterations, config.max_aux_streams, config.max_num_tactics) == (4, 2, 16)
     assert config.runtime_platform is trt.RuntimePlatform.WINDOWS_AMD64
@@ -458,10 +461,10 @@ def test_apply_on_a_release_without_the_attribute_names_it():
     p = replace(plan("8.6.1.6"), extra=(("max_num_tactics", 3),))  # a plan 8.6 would never get
     with pytest.raises(BuildError, match=r"this TensorRT cannot set extra option max_num_tactics "
                                          r"\(FakeConfig.max_num_tactics is missing\)"):
-        cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), FakeConfig(trt))
+        trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), FakeConfig(trt))
     p = replace(plan("8.6.1.6"), runtime_platform="WINDOWS_AMD64")
     with pytest.raises(BuildError, match="has no RuntimePlatform.WINDOWS_AMD64"):
-        cfg.apply(p, trt, SimpleNamespace(), SimpleNamespace(), FakeConfig(trt))
+        trt_apply.apply(p, trt, SimpleNamespace(), SimpleNamespace(), FakeConfig(trt))
 
 
 # --- timing-cache pin in the plan --------------------------------------------------------------------------------
@@ -509,7 +512,7 @@ def test_cross_build_to_windows_from_linux_x86_64_only_from_10_2():
      "target 't' is for linux/aarch64/l4t36.3, this runner is linux/aarch64/l4t36.4"),
 ])
 def test_build_runner_reason_checks_the_platform(runner, tgt, version, expected):
-    reason = cfg.build_runner_reason(runner, tgt, version)
+    reason = runner_checks.build_runner_reason(runner, tgt, version)
     if expected is None:
         assert reason is None
     else:

@@ -1,7 +1,10 @@
-"""Issue 13 defect 4: the tensorrt runtime's probe reads the version of the distribution that provides the module
-that would be imported, from real ``.dist-info`` folders in fake ``site-packages`` trees put first on sys.path.
+"""The tensorrt runtime's probe (the fingerprint) states what ``import tensorrt`` would load and its ``__version__``
+(issue 23.19), read without importing it; where the module has no literal ``__version__``, the version of the
+distribution that provides it (issue 13). Fake ``site-packages`` trees with real ``.dist-info`` folders, and NVIDIA's
+real binding wheels unpacked (``tests/conformance/bindings.py`` fetches them), are put first on sys.path.
 
-Every fake module's ``__init__`` raises on import: a probe that imports TensorRT (which loads CUDA) fails here.
+Every fake module's ``__init__`` raises on import, and the real bindings cannot import here (no libnvinfer): a
+probe that imports TensorRT (which loads CUDA) fails these tests.
 """
 
 from __future__ import annotations
@@ -9,12 +12,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from orchestrator import plugins
+from tests.conformance import bindings
 from trt_orchestrator_plugins._trt.install import find_install
 from trt_orchestrator_plugins.runtimes.tensorrt import runtime as trt_runtime
 from trt_orchestrator_plugins.runtimes.tensorrt_rtx import runtime as rtx_runtime
@@ -63,28 +68,84 @@ def _no_real_tensorrt() -> None:
             pytest.skip(f"a real {module} is importable here; the fake trees could not be told apart from it")
 
 
-def test_cu12_bindings_alone(site, monkeypatch):
+def _real_bindings(site: Path, version: str) -> None:
+    """NVIDIA's binding wheel of ``version`` (``tensorrt-cu12-bindings`` / ``tensorrt-bindings``: the module
+    ``tensorrt_bindings``), unpacked into ``site`` as pip would leave it (its .dist-info and RECORD included)."""
+    try:
+        wheel = bindings.wheel(version)
+    except bindings.BindingsUnavailable as e:
+        pytest.fail(f"NVIDIA's {version} binding wheel could not be fetched: {e}")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+
+
+def _frontend(site: Path, name: str, version: str) -> None:
+    """The ``tensorrt-cuXX`` frontend package: its module is NVIDIA's frontend_sdist/tensorrt/__init__.py."""
+    _dist(site, name, version, {"tensorrt/__init__.py": FRONTEND_INIT})
+
+
+# NVIDIA/TensorRT python/packaging/frontend_sdist/tensorrt/__init__.py, less the license header
+FRONTEND_INIT = "from tensorrt_bindings import *\nfrom tensorrt_bindings import __version__\n"
+
+
+@pytest.mark.parametrize("version", ["10.13.3.9", "8.6.1"])
+def test_a_bindings_only_install_is_no_tensorrt_to_import(site, monkeypatch, version):
+    """Issue 23.19: ``tensorrt-cu12-bindings`` alone provides ``tensorrt_bindings``, not ``tensorrt``: the builder's
+    ``import tensorrt`` fails, so the fingerprint holds no TensorRT (it used to report the bindings' version)."""
     _no_real_tensorrt()
     s = site()
-    _dist(s, "tensorrt-cu12-bindings", "10.13.3.9",
-          {"tensorrt_bindings/__init__.py": _BOOM, "tensorrt_bindings/tensorrt.so": ""})
+    _real_bindings(s, version)
     _activate(s, monkeypatch=monkeypatch)
-    found = trt_runtime.probe()
-    assert found is not None
-    assert found.version == "10.13.3.9"
-    assert found.features == ("module:tensorrt_bindings", "distribution:tensorrt-cu12-bindings",
-                              "version-from:files")
+    assert importlib.util.find_spec("tensorrt_bindings") is not None and metadata.version(
+        bindings.package(version)) == version
+    assert trt_runtime.probe() is None
     assert "tensorrt_bindings" not in sys.modules
 
 
-def test_tensorrt_bindings_8_6_alone(site, monkeypatch):
+def test_the_version_is_the_one_of_the_module_that_loads_not_the_wrapper_package(site, monkeypatch):
+    """Issue 23.19: a tensorrt-cu12 10.13.3.9 frontend beside tensorrt-cu12-bindings 10.16.1.11 (pip allows it)
+    imports the 10.16.1.11 bindings: that is the version, and the features say the wrapper disagrees."""
     _no_real_tensorrt()
     s = site()
-    _dist(s, "tensorrt_bindings", "8.6.1", {"tensorrt_bindings/__init__.py": _BOOM})
+    _real_bindings(s, "10.16.1.11")
+    _frontend(s, "tensorrt-cu12", "10.13.3.9")
     _activate(s, monkeypatch=monkeypatch)
     found = trt_runtime.probe()
-    assert found is not None and found.version == "8.6.1"
-    assert "distribution:tensorrt_bindings" in found.features
+    assert found is not None and found.version == "10.16.1.11"
+    assert found.features == ("module:tensorrt", "distribution:tensorrt-cu12", "version-from:__version__",
+                              "via:tensorrt_bindings", "distribution-says:10.13.3.9")
+    assert "tensorrt" not in sys.modules and "tensorrt_bindings" not in sys.modules
+
+
+def test_a_matching_frontend_and_bindings(site, monkeypatch):
+    _no_real_tensorrt()
+    s = site()
+    _real_bindings(s, "10.13.3.9")
+    _frontend(s, "tensorrt-cu12", "10.13.3.9")
+    _activate(s, monkeypatch=monkeypatch)
+    found = find_install()
+    assert found is not None
+    assert (found.version, found.how, found.via, found.distribution) == ("10.13.3.9", "__version__",
+                                                                          ("tensorrt_bindings",), "tensorrt-cu12")
+
+
+def test_a_frontend_without_its_bindings_is_no_install(site, monkeypatch):
+    _no_real_tensorrt()
+    s = site()
+    _frontend(s, "tensorrt-cu12", "10.13.3.9")
+    _activate(s, monkeypatch=monkeypatch)
+    assert trt_runtime.probe() is None
+
+
+def test_bindings_without_their_extension_are_no_install(site, monkeypatch):
+    """The bindings package imports its pybind11 extension (``from .tensorrt import *``): without it, no import."""
+    _no_real_tensorrt()
+    s = site()
+    _real_bindings(s, "10.13.3.9")
+    next((s / "tensorrt_bindings").glob("tensorrt*.so")).unlink()
+    _frontend(s, "tensorrt-cu12", "10.13.3.9")
+    _activate(s, monkeypatch=monkeypatch)
+    assert trt_runtime.probe() is None
 
 
 def test_unpinned_meta_package_reports_the_cu12_package_that_holds_the_module(site, monkeypatch):
@@ -163,4 +224,4 @@ def test_rtx_probe_reads_the_real_install():
     found = rtx_runtime.probe()
     assert found is not None
     assert found.version == metadata.version("tensorrt-rtx")
-    assert "module:tensorrt_rtx" in found.features and "version-from:files" in found.features
+    assert "module:tensorrt_rtx" in found.features and "version-from:__version__" in found.features

@@ -10,8 +10,7 @@ from orchestrator.contracts.builder import BuildRequest, CalibrateRequest, Optim
 from orchestrator.core.model import BuilderOptions, DataSource, PrecisionSpec, Target
 from orchestrator.errors import BuildError
 from tests.unit.test_builder_trt_surface import TRTEXEC_OPTIONS, fake_tensorrt, install, trtexec_tag_version
-from trt_orchestrator_plugins._trt import config as cfg
-from trt_orchestrator_plugins._trt import timing_cache
+from trt_orchestrator_plugins._trt import extra_options, timing_cache
 from trt_orchestrator_plugins.builders import tensorrt as tensorrt_module
 from trt_orchestrator_plugins.builders.trtexec import banner_version, parse_trtexec_output, trtexec_command
 from trt_orchestrator_plugins.builders.trtexec import builder as trtexec_builder
@@ -117,8 +116,8 @@ def test_banner_build_number_read_and_kept_3_part_without_one():
                                 ).tensorrt_version == "10.13.2"
 
 
-# A sample written from the documented stdout layout (reference §6 / sampleReporting.cpp), not captured from a
-# real run: TensorRT cannot be installed on these machines.
+# A sample written from the documented stdout layout (samples/common/sampleReporting.cpp of NVIDIA/TensorRT), not
+# captured from a real run: TensorRT cannot be installed on these machines.
 SAMPLE = """\
 &&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec --onnx=/m.onnx --saveEngine=/o/engine.plan
 [11/21/2026-10:00:00] [I] === Model Options ===
@@ -168,7 +167,8 @@ def test_parse_failure_output():
 def test_failed_trtexec_raises_with_the_last_40_log_lines(tmp_path: Path, monkeypatch):
     # A stand-in executable that fails the way trtexec does; it produces no engine, so nothing is faked.
     exe = tmp_path / "trtexec"
-    exe.write_text("#!/bin/sh\nfor i in $(seq 1 60); do echo \"[I] line $i\"; done\n"
+    exe.write_text("#!/bin/sh\necho '&&&& RUNNING TensorRT.trtexec [TensorRT v101303] [b9] # trtexec'\n"
+                   "for i in $(seq 1 60); do echo \"[I] line $i\"; done\n"
                    "echo '[01/01/2026-00:00:00] [E] Error[4]: [network.cpp::validate] broken'\nexit 1\n")
     exe.chmod(0o755)
     monkeypatch.setenv("TRTEXEC", str(exe))
@@ -223,7 +223,7 @@ def test_extra_options_are_gated_by_trtexec_version():
 def _everything(version: str) -> list[list[str]]:
     """Command lines using every feature trtexec ``version`` offers (one per exclusive mode)."""
     v = tuple(int(x) for x in version.split("."))
-    extra = {k: EXTRA_ALL[k] for k in cfg.extra_options(version, "trtexec")}
+    extra = {k: EXTRA_ALL[k] for k in extra_options.extra_options(version, "trtexec")}
     profiles = (DEFAULT, TWO_INPUTS) if v >= (10,) else (DEFAULT,)
     options = dict(extra=extra, workspace_mib=256, optimization_level=4, version_compatible=True,
                    exclude_lean_runtime=True)
@@ -293,7 +293,7 @@ def test_cross_build_for_windows():
 
 def test_trtexec_capabilities():
     caps = trtexec_builder.capabilities("10.13.3.9")
-    assert caps.extra_options == cfg.extra_options("10.13.3.9", "trtexec")
+    assert caps.extra_options == extra_options.extra_options("10.13.3.9", "trtexec")
     assert caps.calibration_family == "tensorrt" and not caps.supports_calibrator and "int8" in caps.native
     assert caps.pins_timing_cache and caps.platform_specific
     assert not trtexec_builder.capabilities("8.6.1.6").pins_timing_cache  # no --errorOnTimingCacheMiss in 8.6.1

@@ -85,7 +85,7 @@ def test_engine_compat_still_needs_the_exact_release_on_the_common_parts():
 
 def test_rtx_builder_uses_the_rule():
     assert tensorrt_rtx._version_matches("1.7.1", "1.7.1.116")
-    assert tensorrt_rtx._version_matches("1.7.1.116", "1.7")
+    assert not tensorrt_rtx._version_matches("1.7.1.116", "1.7")  # a loose target names no release (issue 23.17)
     assert not tensorrt_rtx._version_matches("1.7.1.116", "1.7.1.117")
 
 

@@ -10,7 +10,21 @@ _QDQ = frozenset({"fp16", "bf16", "int8", "fp8"})
 _WEAK_TYPING_GONE = "TensorRT 11.0 removed BuilderFlag.FP16/INT8/BF16/FP8: strongly typed only"
 
 
+def _version_problem(name: str, version: str) -> tuple[str, str] | None:
+    """TensorRT-family builders name one release exactly (major.minor.patch.build), as the real plugins say."""
+    if name in ("tensorrt", "trtexec", "tensorrt-rtx") and len(version.split(".")) < 4:
+        return f"builder_version {version!r} is not an exact release", "name it as major.minor.patch.build"
+    return None
+
+
 def capabilities(name: str, version: str) -> BuilderCapabilities | None:
+    caps = _capabilities(name, version)
+    if caps is None or _version_problem(name, version) is None:
+        return caps
+    return BuilderCapabilities(**{**caps.__dict__, "version_problem": _version_problem(name, version)})
+
+
+def _capabilities(name: str, version: str) -> BuilderCapabilities | None:
     major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
     if name == "tensorrt-rtx":
         return BuilderCapabilities(
