@@ -26,7 +26,7 @@ from orchestrator import plugins
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import DECLARED_PREFIX, InstalledRuntime, RunnerFingerprint, same_gpu_model
-from orchestrator.core.model import PRECISIONS, RegistryConfig, cc_slug
+from orchestrator.core.model import PRECISIONS, cc_slug
 from orchestrator.core.platform import PlatformError, normalize_platform, platform_mismatch, platform_text
 from orchestrator.core.query import latest_version, select
 from orchestrator.core.select import Compat, rank_candidates
@@ -321,7 +321,7 @@ def fetch_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
                              hint="the stored engine does not match its metadata; republish it")
 
 
-def pull(model: str, *, registry: RegistryConfig, version: str | None = None, precision: str | None = None,
+def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
          platform: str | None = None, gpu_model: str | None = None,
@@ -538,7 +538,7 @@ def engine_filename(meta: Mapping[str, Any], ccs: Sequence[str | None]) -> str:
     return "model." + "-".join(cc_label(cc) for cc in ccs) + _engine_suffix(meta)
 
 
-def pull_all(models: Sequence[str], *, registry: RegistryConfig, gpus: Sequence[str], out: str | os.PathLike[str],
+def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequence[str], out: str | os.PathLike[str],
              version: str | None = None, precision: str | None = None, profile: str | None = None,
              runtime: str | None = None, platform: str | None = None,
              fingerprint: RunnerFingerprint | None = None) -> PullAllResult:
