@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from orchestrator import plugins
-from orchestrator.app.ci_checks import CIWarning, checkout_warnings, default_tool_spec
+from orchestrator.app.ci_checks import CIWarning, checkout_warnings, default_tool_spec, git_origin
 from orchestrator.app.pipeline import plan as plan_project
 from orchestrator.app.project import Project, display_path, load_manifests
 from orchestrator.app.sources import lfs_tracked
@@ -97,14 +97,32 @@ def workflow_context(manifests: Sequence[Manifest], root: Path) -> dict[str, Any
             "default_tool_spec": default_tool_spec(manifests)}
 
 
-def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
-    """What an emitter of the current plan writes (paths relative to the working directory -> text)."""
+def plan_workflow(emitter_name: str, project: Project, repo_root: str | Path = ".", **options: Any) -> Workflow:
+    """What an emitter of the current plan writes (paths relative to the working directory -> text), given what
+    it needs from the manifests (targets and runner pools: where shards run; the default tool spec; the
+    repository's URL and commit, which the pods check out), and the warnings about the repository. Options that
+    are None leave the context's value."""
     emitter = plugins.ci_emitter(emitter_name)
     try:
         the_plan = plan_project(project, max_shards=emitter.max_shards)
     except PlanError as e:
         raise CIError(e.message, hint=e.hint) from e
-    return emitter.render(the_plan, [display_path(m.file) for m in project.manifests], **options)
+    manifests = project.manifests
+    context: dict[str, Any] = {
+        "targets": {t.name: t for m in manifests for t in m.targets},
+        "pools": tuple(p for m in manifests for p in m.runner_pools),
+        "registry": manifests[0].registry if manifests else None,
+        "default_tool_spec": default_tool_spec(manifests),
+        **git_origin(repo_root),
+    }
+    context.update({k: v for k, v in options.items() if v is not None})
+    files = emitter.render(the_plan, [display_path(m.file) for m in manifests], **context)
+    return Workflow(files=files, warnings=tuple(checkout_warnings(manifests, repo_root)))
+
+
+def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
+    """What an emitter of the current plan writes (paths relative to the working directory -> text)."""
+    return plan_workflow(emitter_name, project, **options).files
 
 
 def write_files(files: dict[str, str], root: str, main_path: str | None, main_key: str) -> list[str]:

@@ -65,6 +65,17 @@ def _git(args: Sequence[str], root: Path) -> subprocess.CompletedProcess[bytes] 
         return None
 
 
+def git_origin(root: str | os.PathLike[str]) -> dict[str, str]:
+    """``repo_url`` (the ``origin`` remote) and ``revision`` (HEAD's commit) of the repository at ``root``, for
+    pipelines that check the repository out themselves (``ci k8s``); what git cannot tell is left out."""
+    found = {}
+    for key, args in (("repo_url", ["remote", "get-url", "origin"]), ("revision", ["rev-parse", "HEAD"])):
+        proc = _git(args, Path(root))
+        if proc is not None and proc.returncode == 0 and proc.stdout.strip():
+            found[key] = proc.stdout.decode().strip()
+    return found
+
+
 def committed(paths: Sequence[str], root: Path) -> set[str] | None:
     """The ``paths`` (absolute) that git tracks in the repository at ``root``, Git LFS files included (their
     pointers are committed); None when ``root`` is not a git work tree or git is missing."""

@@ -58,16 +58,32 @@ def github(manifests, out, tool_spec, python_version, repo_root, pr_build_label,
 @ci.command()
 @manifests_argument
 @click.option("-o", "--out", default="k8s/engines.yaml", show_default=True)
-@click.option("--image", default="trt-orchestrator:0.1.0", show_default=True, help="Container image with orchestrate.")
+@click.option("--image", default=None,
+              help="Image of shards on the runner toolchain (TensorRT installed, Python); container and pip "
+                   "toolchains bring their own.")
+@click.option("--tool-spec", default=None, help=TOOL_SPEC_HELP)
+@click.option("--python", "python_version", default="3.11", show_default=True,
+              help="Python of pip-toolchain shards and the publish Job (python:<version>-slim).")
+@click.option("--repo-url", default=None, help="The repository the pods check out [default: git's origin].")
+@click.option("--revision", default=None, help="The commit they check out [default: HEAD].")
+@click.option("--volume-claim", default=None,
+              help="An existing ReadWriteMany PersistentVolumeClaim the pods share [default: one is declared].")
+@click.option("--registry-secret", default=None,
+              help="Secret with `username` and `password` keys: the registry login of every pod.")
 @click.option("--namespace", default=None)
 @cache_option
-def k8s(manifests, out, image, namespace, cache_dir):
-    """Write the plan's shards as Kubernetes Indexed Jobs (one per runner label set) plus a ConfigMap."""
+def k8s(manifests, out, image, tool_spec, python_version, repo_url, revision, volume_claim, registry_secret,
+        namespace, cache_dir):
+    """Write the plan's shards as Kubernetes Indexed Jobs on GPU nodes (GPU Feature Discovery labels), each in its
+    toolchain's image, building onto a shared volume that a final Job publishes from."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
     project = load_project(manifests, cache_dir=cache_dir)
-    files = ci_verbs.plan_files("k8s-indexed-job", project, image=image, namespace=namespace, output_path=out)
-    _report(ci_verbs.write_files(files, ".", None, out))
+    made = ci_verbs.plan_workflow("k8s-indexed-job", project, image=image, tool_spec=tool_spec,
+                                  python=python_version, repo_url=repo_url, revision=revision,
+                                  volume_claim=volume_claim, registry_secret=registry_secret, namespace=namespace,
+                                  output_path=out)
+    _report(ci_verbs.write_files(made.files, ".", None, out), made.warnings)
 
 
 GITLAB_PIPELINE_PATH = ".gitlab-ci.yml"
