@@ -279,6 +279,8 @@ class KubernetesEmitter:
         """{output_path: a multi-document YAML}: the shared volume's claim, a ConfigMap and an Indexed Job per
         chunk of shards, and the publish Job. ``targets``/``pools``: the manifests' targets by name and runner
         pools (where each shard runs); ``registry`` is accepted for the app's common context."""
+        if not plan.shards:
+            raise CIError("the plan has no shards: nothing to build", hint="`orchestrate plan` shows why")
         if not _DNS_LABEL.fullmatch(name) or len(name) > 30:
             raise CIError(f"name {name!r} is not a short DNS label", hint="lowercase letters, digits and '-'")
         for what, value in (("namespace", namespace), ("volume claim", volume_claim),
@@ -295,8 +297,6 @@ class KubernetesEmitter:
             raise CIError("the pods check the repository out, and need its URL and commit",
                           hint="pass --repo-url URL --revision SHA (by default: git's origin and HEAD)")
         spec = tool_spec if tool_spec is not None else default_tool_spec
-        if not plan.shards:
-            raise CIError("the plan has no shards: nothing to build", hint="`orchestrate plan` shows why")
         python_image = f"python:{python}-slim"
         targets = targets or {}
         ns = {"namespace": namespace} if namespace else {}
