@@ -6,11 +6,14 @@ cheap)::
     project = orchestrator.load_project(["manifests/demo.yaml"])
     plan = orchestrator.plan(project)
     orchestrator.build(project, plan); orchestrator.gate(project, plan); orchestrator.publish(project, plan)
-    result = orchestrator.pull("ocr-det", registry=RegistryConfig(path="artifacts"), precision="fp16", out="det.plan")
+    # registry=: a local store directory ("artifacts": relative to the working directory), a path, an
+    # "oci://host[:port]/prefix" URL, or a RegistryConfig
+    result = orchestrator.pull("ocr-det", registry="artifacts", precision="fp16", out="ocr-det.engine")
     result.path, result.metadata
     # a deployment directory for a mixed fleet (an init container), and a Triton model repository
-    filled = orchestrator.pull_all(["ocr-det"], registry=..., gpus=["sm75", "sm86", "sm89"], out="/models")
-    repo = orchestrator.export_triton(["ocr-det"], registry=..., repo="/triton", runtime="triton:25.01",
+    filled = orchestrator.pull_all(["ocr-det"], registry="oci://registry.internal/engines",
+                                   gpus=["sm75", "sm86", "sm89"], out="/models")
+    repo = orchestrator.export_triton(["ocr-det"], registry="artifacts", repo="/triton", runtime="triton:25.01",
                                       gpus=["sm75", "sm86", "sm89", "sm90"])
     repo.models[0].files  # ExportedFile(path, status, digest, ...)
     orchestrator.resolve_serving("triton:25.01").tensorrt  # '10.8.0.43'
@@ -19,7 +22,19 @@ cheap)::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see (the package ships py.typed); at run time __getattr__ imports lazily
+    from orchestrator.app.deploy import PullAllResult, PulledEngine, PullResult, pull, pull_all
+    from orchestrator.app.doctor import diagnose
+    from orchestrator.app.gating import gate
+    from orchestrator.app.matrix import report_cells
+    from orchestrator.app.pipeline import build, plan, publish
+    from orchestrator.app.project import Project, load_project
+    from orchestrator.app.triton import ExportedFile, TritonExport, TritonModel, export_triton
+    from orchestrator.core.model import RegistryConfig
+    from orchestrator.core.serving import ServingStack, resolve_serving
+    from orchestrator.plugins import RegistryRef
 
 __version__ = "0.1.0"
 
@@ -44,8 +59,15 @@ _API = {
     "ServingStack": "orchestrator.core.serving",
     "report_cells": "orchestrator.app.matrix",
     "diagnose": "orchestrator.app.doctor",
+    "RegistryConfig": "orchestrator.core.model",
+    "RegistryRef": "orchestrator.plugins",
 }
-__all__ = [*_API, "__version__"]
+# spelled out (not derived from _API) so linters and type checkers read it; a test keeps the two in step
+__all__ = [
+    "load_project", "Project", "plan", "build", "gate", "publish", "pull", "PullResult", "pull_all", "PullAllResult",
+    "PulledEngine", "export_triton", "TritonExport", "TritonModel", "ExportedFile", "resolve_serving",
+    "ServingStack", "report_cells", "diagnose", "RegistryConfig", "RegistryRef", "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,36 @@
 """Atomic file writes: temp file in the same directory, fsync, rename, fsync the directory. Readers see the
-old file or the new one, never a partial one; a crash leaves at most a stray temp file."""
+old file or the new one, never a partial one; a crash leaves at most a stray temp file.
+
+Modes: a file we write gets what ``open()`` would give it, ``0o666 & ~umask`` (0644 under the usual umask 022), and
+a folder ``0o777 & ~umask``. ``tempfile.mkstemp`` creates its file 0600 and a rename keeps that mode, so every
+output (a Triton repository a server reads as another user, a ``pull --all`` folder, the local store, the report)
+would be private to us (issue 22.3): :func:`create_temp` makes the temp file the way ``open()`` does instead.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
+
+FILE_MODE = 0o666  # before the umask, as open() and the shell's `>` create files
+_TEMP_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+def create_temp(directory: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """Like ``tempfile.mkstemp`` (a new file no one else can have opened: ``O_EXCL``, never through a symlink; an
+    fd open for reading and writing), but created with ``0o666 & ~umask``, so the file renamed into place has the
+    mode any other file written here would have. The kernel applies the umask (and a folder's default ACL), so
+    nothing here reads the umask: reading it means setting it, which races other threads."""
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(path, _TEMP_FLAGS, FILE_MODE), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary file name in {directory} after 100 tries")
 
 
 def fsync_dir(path: Path) -> None:
@@ -26,7 +50,7 @@ def fsync_dir(path: Path) -> None:
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = create_temp(target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -6,14 +6,18 @@ Heavy libraries are imported by the plugin's own methods, so loading a plugin is
 
 Two defaults are named here, and only here: the store a manifest gets when it names none, and the runtime that
 computes the parity reference (the original ONNX on onnxruntime's CPU execution provider in fp32, DESIGN "Gates").
+So is the one mapping from what a user types as a registry (``--registry``, ``ORCHESTRATE_REGISTRY``, the Python
+API's ``registry=``) to a store: an ``oci://`` URL is the OCI store, anything else a local store directory.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+from dataclasses import replace
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import Any, Union
 
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
@@ -24,7 +28,7 @@ from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import RegistryConfig
-from orchestrator.errors import PluginError
+from orchestrator.errors import PluginError, UsageError
 from orchestrator.hardware import detect
 
 BUILDERS = "trt_orchestrator.builders"
@@ -35,6 +39,7 @@ CI = "trt_orchestrator.ci"
 TASKS = "trt_orchestrator.tasks"
 
 DEFAULT_STORE = "local"
+OCI_STORE = "oci"  # the store an oci:// registry URL names
 REFERENCE_RUNTIME = "onnxruntime"
 
 # What each group's objects must have: attribute -> "callable" | "attr"
@@ -168,7 +173,47 @@ def reference_engine(address: str) -> EngineDescriptor:
                             target=EngineTarget(name="reference", device="cpu"))
 
 
-def open_store(config: RegistryConfig) -> Store:
+# What the API's verbs take as ``registry=``.
+RegistryRef = Union[RegistryConfig, str, os.PathLike[str]]
+
+OCI_SCHEME = "oci://"
+# Plain HTTP for a registry on this machine (the OCI store's own rule for loopback hosts), or when asked.
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_INSECURE_SUFFIX = "?insecure"
+
+
+def parse_registry(text: str, cwd: str) -> RegistryConfig:
+    """``oci://host:port/prefix`` (loopback hosts, or a ``?insecure`` suffix: plain HTTP) or a local store
+    directory (relative to ``cwd``: a manifest's ``registry.path`` is relative to its folder, and the loader
+    resolves that one; what a user types or passes to the API is relative to where they are)."""
+    if not text.strip():
+        raise UsageError("empty registry", hint="a local store directory (e.g. artifacts) or oci://HOST[:PORT]/PREFIX")
+    if text.startswith(OCI_SCHEME):
+        url = text[len(OCI_SCHEME):].rstrip("/")
+        host = url.split("/", 1)[0]
+        insecure = host.split(":")[0] in _LOOPBACK or text.endswith(_INSECURE_SUFFIX)
+        return RegistryConfig(store=OCI_STORE, url=url.removesuffix(_INSECURE_SUFFIX), insecure=insecure)
+    return RegistryConfig(store=DEFAULT_STORE, path=os.path.normpath(os.path.join(cwd, text)))
+
+
+def registry_config(ref: RegistryRef, cwd: str) -> RegistryConfig:
+    """Any :data:`RegistryRef` as a :class:`RegistryConfig` whose local path, if any, is absolute."""
+    if isinstance(ref, RegistryConfig):
+        if ref.path is not None and not os.path.isabs(ref.path):
+            return replace(ref, path=os.path.normpath(os.path.join(cwd, ref.path)))
+        return ref
+    text = os.fspath(ref) if isinstance(ref, (str, os.PathLike)) else None
+    if isinstance(text, str):
+        return parse_registry(text, cwd)
+    raise UsageError(f"registry={ref!r} is not a registry",
+                     hint="pass a local store directory ('artifacts', a path), an 'oci://HOST[:PORT]/PREFIX' URL or "
+                          "an orchestrator.RegistryConfig")
+
+
+def open_store(ref: RegistryRef) -> Store:
+    """The store plugin of a registry: a :class:`RegistryConfig`, a local store directory or an ``oci://`` URL
+    (what the Python API's ``registry=`` takes; a relative path is relative to the working directory)."""
+    config = registry_config(ref, os.getcwd())
     factory = load(STORES, config.store or DEFAULT_STORE)
     store: Store = factory(config)
     return store

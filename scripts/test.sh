@@ -15,7 +15,11 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   fi
 fi
 bash scripts/setup-env.sh test
-.venv/bin/python -m pip install -q --no-deps ./tests/data/onnx_copy_plugin  # third-party plugin for tests/integration/test_third_party_plugin.py
+# The test-only third-party plugin is never installed here: tests/integration/test_third_party_plugin.py installs it
+# into a private folder. Remove the copy earlier versions of this script put into the venv (it showed in `doctor`).
+if .venv/bin/python -m pip show -q onnx-copy-plugin >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -y -q onnx-copy-plugin
+fi
 if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
 .venv/bin/python scripts/fetch_images.py  # real photos for the gates' image-folder path

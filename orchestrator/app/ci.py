@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
 from orchestrator import plugins
+from orchestrator.app.ci_checks import CIWarning, checkout_warnings, default_tool_spec, git_origin
 from orchestrator.app.pipeline import plan as plan_project
 from orchestrator.app.project import Project, display_path, load_manifests
 from orchestrator.app.sources import lfs_tracked
@@ -51,9 +53,19 @@ def workflow_plan(manifests: Sequence[Manifest], *, max_shards: int | None) -> P
                            "`runners.build` shared by the machines that can build them") from e
 
 
-def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root: str | Path,
-                   **options: Any) -> dict[str, str]:
-    """What a committed-workflow emitter writes for these manifests: paths relative to ``repo_root`` -> text."""
+@dataclass(frozen=True)
+class Workflow:
+    """A committed-workflow emitter's files (paths relative to the repository root -> text) and what the
+    repository lacks for them to run (``ci_checks``)."""
+
+    files: dict[str, str]
+    warnings: tuple[CIWarning, ...]
+
+
+def workflow(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root: str | Path,
+             **options: Any) -> Workflow:
+    """What a committed-workflow emitter writes for these manifests, and the warnings about them. ``tool_spec``
+    None (the default): the repository itself at the workflow's commit (``ci_checks.default_tool_spec``)."""
     emitter = plugins.ci_emitter(emitter_name)
     root = Path(repo_root).resolve()
     files = [Path(p) if Path(p).is_absolute() else root / p for p in manifest_paths]
@@ -65,25 +77,52 @@ def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo
             raise CIError(f"manifest {str(f)!r} is outside the repository {str(root)!r}",
                           hint="the workflow checks the repository out: keep manifests inside it") from e
     manifests = load_manifests([str(f) for f in files], capabilities=every_builder_capable)
-    return emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative,
-                          **workflow_context(manifests, root), **options)
+    rendered = emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative,
+                              **workflow_context(manifests, root), **options)
+    return Workflow(files=rendered, warnings=tuple(checkout_warnings(manifests, root)))
+
+
+def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root: str | Path,
+                   **options: Any) -> dict[str, str]:
+    """What a committed-workflow emitter writes for these manifests: paths relative to ``repo_root`` -> text."""
+    return workflow(emitter_name, manifest_paths, repo_root, **options).files
 
 
 def workflow_context(manifests: Sequence[Manifest], root: Path) -> dict[str, Any]:
-    """What a committed workflow needs from the manifests beyond the plan: the registry (its login), and whether
-    any model file is stored in Git LFS (checkouts then fetch LFS objects)."""
+    """What a committed workflow needs from the manifests beyond the plan: the registry (its login), whether any
+    model file is stored in Git LFS (checkouts then fetch LFS objects), and the tool spec to install when the user
+    pins none."""
     paths = [m.source.path for manifest in manifests for m in manifest.models if m.source.url is None]
-    return {"registry": manifests[0].registry if manifests else None, "lfs": bool(lfs_tracked(paths, root))}
+    return {"registry": manifests[0].registry if manifests else None, "lfs": bool(lfs_tracked(paths, root)),
+            "default_tool_spec": default_tool_spec(manifests)}
 
 
-def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
-    """What an emitter of the current plan writes (paths relative to the working directory -> text)."""
+def plan_workflow(emitter_name: str, project: Project, repo_root: str | Path = ".", **options: Any) -> Workflow:
+    """What an emitter of the current plan writes (paths relative to the working directory -> text), given what
+    it needs from the manifests (targets and runner pools: where shards run; the default tool spec; the
+    repository's URL and commit, which the pods check out), and the warnings about the repository. Options that
+    are None leave the context's value."""
     emitter = plugins.ci_emitter(emitter_name)
     try:
         the_plan = plan_project(project, max_shards=emitter.max_shards)
     except PlanError as e:
         raise CIError(e.message, hint=e.hint) from e
-    return emitter.render(the_plan, [display_path(m.file) for m in project.manifests], **options)
+    manifests = project.manifests
+    context: dict[str, Any] = {
+        "targets": {t.name: t for m in manifests for t in m.targets},
+        "pools": tuple(p for m in manifests for p in m.runner_pools),
+        "registry": manifests[0].registry if manifests else None,
+        "default_tool_spec": default_tool_spec(manifests),
+        **git_origin(repo_root),
+    }
+    context.update({k: v for k, v in options.items() if v is not None})
+    files = emitter.render(the_plan, [display_path(m.file) for m in manifests], **context)
+    return Workflow(files=files, warnings=tuple(checkout_warnings(manifests, repo_root)))
+
+
+def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:
+    """What an emitter of the current plan writes (paths relative to the working directory -> text)."""
+    return plan_workflow(emitter_name, project, **options).files
 
 
 def write_files(files: dict[str, str], root: str, main_path: str | None, main_key: str) -> list[str]:

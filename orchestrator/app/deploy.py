@@ -36,7 +36,6 @@ from orchestrator.app.judge import (
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
-from orchestrator.core.model import RegistryConfig
 from orchestrator.core.select import Compat, rank_candidates
 from orchestrator.core.versions import parse_cc
 from orchestrator.digests import hash_file
@@ -84,7 +83,7 @@ def no_compatible(message: str, candidates: Sequence[Candidate], hint: str) -> N
                                    candidates=[c.to_json() for c in candidates])
 
 
-def pull(model: str, *, registry: RegistryConfig, version: str | None = None, precision: str | None = None,
+def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
          platform: str | None = None, gpu_model: str | None = None,
@@ -308,7 +307,7 @@ def engine_filename(meta: Mapping[str, Any], ccs: Sequence[str | None]) -> str:
     return "model." + "-".join(cc_label(cc) for cc in ccs) + _engine_suffix(meta)
 
 
-def pull_all(models: Sequence[str], *, registry: RegistryConfig, gpus: Sequence[str], out: str | os.PathLike[str],
+def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequence[str], out: str | os.PathLike[str],
              version: str | None = None, precision: str | None = None, profile: str | None = None,
              runtime: str | None = None, platform: str | None = None,
              fingerprint: RunnerFingerprint | None = None) -> PullAllResult:

@@ -55,7 +55,6 @@ from orchestrator.atomic import write_bytes_atomic
 from orchestrator.contracts.runtime import TritonBackend
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
-from orchestrator.core.model import RegistryConfig
 from orchestrator.core.serving import is_serving
 from orchestrator.core.versions import parse_cc, parse_version
 from orchestrator.errors import UsageError
@@ -427,7 +426,7 @@ def _io_conflict(plan: _Plan) -> None:
                          hint="pass --precision/--profile/--version so that the engines come from one build")
 
 
-def export_triton(models: Sequence[str], *, registry: RegistryConfig, repo: str | os.PathLike[str],
+def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo: str | os.PathLike[str],
                   version: str | None = None, precision: str | None = None, profile: str | None = None,
                   runtime: str | None = None, gpus: str | Sequence[str] = "auto", allow_missing: bool = False,
                   version_policy: str = "latest", fingerprint: RunnerFingerprint | None = None) -> TritonExport:

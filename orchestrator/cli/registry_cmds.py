@@ -7,6 +7,7 @@ import os
 import click
 from rich.text import Text
 
+from orchestrator import plugins
 from orchestrator.app import pipeline
 from orchestrator.app import registry as registry_verbs
 from orchestrator.app.project import registry_of
@@ -21,13 +22,9 @@ from orchestrator.errors import ExitCode, UsageError
 
 
 def parse_registry(text: str) -> RegistryConfig:
-    """``oci://host:port/prefix`` (loopback hosts are plain HTTP) or a local store directory."""
-    if text.startswith("oci://"):
-        url = text[len("oci://"):].rstrip("/")
-        host = url.split("/", 1)[0]
-        insecure = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]") or text.endswith("?insecure")
-        return RegistryConfig(store="oci", url=url.removesuffix("?insecure"), insecure=insecure)
-    return RegistryConfig(store="local", path=os.path.abspath(text))
+    """``oci://host:port/prefix`` (loopback hosts are plain HTTP) or a local store directory (relative to the
+    working directory)."""
+    return plugins.parse_registry(text, os.getcwd())
 
 
 def registry_from(registry: str | None, manifests: tuple[str, ...]) -> RegistryConfig:

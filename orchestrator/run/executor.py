@@ -213,7 +213,7 @@ class RunOwnership:
         if fcntl is None:
             return
         staging = tmp / f".{self.run_id}.owner.new"
-        fd = os.open(staging, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT, 0o666)  # umask applies, as to every file we write
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.rename(staging, self.path)
@@ -315,7 +315,7 @@ class _OutputToLog:
         sys.stdout.flush()
         sys.stderr.flush()
         self.saved = (os.dup(1), os.dup(2))
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)  # less the umask
         os.dup2(self.fd, 1)
         os.dup2(self.fd, 2)
 

@@ -37,6 +37,9 @@ _SAFE_PYTHON = re.compile(r"[A-Za-z0-9._-]+")
 # A PR label goes into the build job's `if:` as a single-quoted expression string: no quotes, no `$`, no braces.
 _SAFE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._:/+-]{0,49}")
 DEFAULT_PR_LABEL = "build-engines"
+# What the jobs install when neither the user nor the app says: this repository at the workflow's commit (`.`
+# in the checkout), with onnxruntime for the gates' reference (the app passes `.[extras]` from the manifests).
+DEFAULT_TOOL_SPEC = ".[ort]"
 
 # Third-party actions pinned by commit (zizmor's unpinned-uses; Dependabot updates the `# vX.Y.Z` comment with the
 # SHA). Each SHA is what that major tag resolved to in GitHub runner logs and what other repositories pin with the
@@ -171,10 +174,13 @@ def _environment():
     return env
 
 
-def regenerate_command(manifests: Sequence[str], *, tool_spec: str, python: str, workflow_path: str,
+def regenerate_command(manifests: Sequence[str], *, tool_spec: str | None, python: str, workflow_path: str,
                        pr_build_label: str, refs: ActionRefs) -> str:
-    """The exact command that writes these files again (the files' headers state it)."""
-    argv = ["orchestrate", "ci", "github", *manifests, "--tool-spec", tool_spec]
+    """The exact command that writes these files again (the files' headers state it); a tool spec only when the
+    user pinned one."""
+    argv = ["orchestrate", "ci", "github", *manifests]
+    if tool_spec is not None:
+        argv += ["--tool-spec", tool_spec]
     if python != "3.11":
         argv += ["--python", python]
     if workflow_path != WORKFLOW_PATH:
@@ -199,20 +205,23 @@ class GitHubEmitter:
     name: str = "github"
     max_shards: int | None = MAX_MATRIX
 
-    def render(self, plan: Plan, manifests: list[str], *, tool_spec: str = "trt-orchestrator",
-               python: str = "3.11", workflow_path: str = WORKFLOW_PATH, registry: RegistryConfig | None = None,
+    def render(self, plan: Plan, manifests: list[str], *, tool_spec: str | None = None,
+               default_tool_spec: str = DEFAULT_TOOL_SPEC, python: str = "3.11",
+               workflow_path: str = WORKFLOW_PATH, registry: RegistryConfig | None = None,
                lfs: bool = False, pr_build_label: str = DEFAULT_PR_LABEL,
                action_refs_mode: ActionRefs = "sha", output_path: str | None = None) -> dict[str, str]:
         """The workflow and `.github/actionlint.yaml`, as {repo-relative path: text}. Same plan, same bytes.
 
         Pass a plan made against an empty index (``orchestrator.app.ci.workflow_plan``) so the output depends only on
-        the manifests; the real matrix is computed at run time from the plan the workflow itself makes."""
+        the manifests; the real matrix is computed at run time from the plan the workflow itself makes.
+        ``tool_spec`` None: the jobs install ``default_tool_spec`` (this repository at the workflow's commit)."""
         if not manifests:
             raise CIError("no manifests given", hint="pass the manifest files the workflow should plan")
         paths = sorted({check_manifest_path(p) for p in manifests})
         check_manifest_path(workflow_path)
-        check_text("tool spec", tool_spec)
-        if not tool_spec.strip():
+        spec = tool_spec if tool_spec is not None else default_tool_spec
+        check_text("tool spec", spec)
+        if not spec.strip():
             raise CIError("empty tool spec", hint="pass a pip requirement, e.g. trt-orchestrator==0.1.0")
         if not _SAFE_PYTHON.fullmatch(python):
             raise CIError(f"python version {python!r} is not a plain version", hint="e.g. 3.11")
@@ -236,7 +245,7 @@ class GitHubEmitter:
             trigger_paths=sorted(set(paths) | {"manifests/**", workflow_path}),
             manifests_hash=manifests_hash(paths),
             manifests_env="\n".join(paths),
-            tool_spec=tool_spec,
+            tool_spec=spec,
             python=python,
             matrix_script=_template_text("matrix.py").rstrip("\n"),
             has_gate_job=has_gate_job,

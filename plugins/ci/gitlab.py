@@ -36,7 +36,7 @@ from orchestrator.core.model import RegistryConfig
 from orchestrator.core.plan import Plan, Shard
 from orchestrator.core.toolchain import IMAGE_RE, INDEX_URL_RE, REQUIREMENT_RE, ResolvedToolchain
 from orchestrator.errors import CIError
-from trt_orchestrator_plugins.ci.github import check_manifest_path, check_text, runs_on
+from trt_orchestrator_plugins.ci.github import DEFAULT_TOOL_SPEC, check_manifest_path, check_text, runs_on
 
 PIPELINE_PATH = ".gitlab-ci.yml"
 CHILD_PATH = "child-pipeline.yml"
@@ -183,9 +183,11 @@ def read_variables(registry: RegistryConfig | None) -> dict[str, str]:
 
 # -- the regenerate commands (the files' headers) ---------------------------------------------------------------
 
-def parent_command(manifests: Sequence[str], *, tool_spec: str, python: str, image: str | None,
+def parent_command(manifests: Sequence[str], *, tool_spec: str | None, python: str, image: str | None,
                    output_path: str) -> str:
-    argv = ["orchestrate", "ci", "gitlab", *manifests, "--tool-spec", tool_spec]
+    argv = ["orchestrate", "ci", "gitlab", *manifests]
+    if tool_spec is not None:  # only when the user pinned one
+        argv += ["--tool-spec", tool_spec]
     if python != DEFAULT_PYTHON:
         argv += ["--python", python]
     if image is not None:
@@ -343,8 +345,10 @@ def render_child(plan: Plan, *, tool_spec: str, image: str, registry: RegistryCo
 
 # -- the parent -------------------------------------------------------------------------------------------------
 
-def render_parent(plan: Plan, manifests: Sequence[str], *, tool_spec: str, python: str, image: str | None,
-                  output_path: str, registry: RegistryConfig | None) -> str:
+def render_parent(plan: Plan, manifests: Sequence[str], *, tool_spec: str | None, python: str, image: str | None,
+                  output_path: str, registry: RegistryConfig | None, default_tool_spec: str = DEFAULT_TOOL_SPEC) -> str:
+    """``tool_spec`` None: every job installs ``default_tool_spec``, this repository at the pipeline's commit (`.`
+    in the job's clone)."""
     if not manifests:
         raise CIError("no manifests given", hint="pass the manifest files the pipeline should plan")
     paths = sorted({check_manifest_path(p) for p in manifests})
@@ -352,7 +356,8 @@ def render_parent(plan: Plan, manifests: Sequence[str], *, tool_spec: str, pytho
     if not _SAFE_PYTHON.fullmatch(python):
         raise CIError(f"python version {python!r} is not a plain version", hint="e.g. 3.11")
     job_image = image if image is not None else f"python:{python}-slim"
-    _check_options(tool_spec, job_image)
+    spec = tool_spec if tool_spec is not None else default_tool_spec
+    _check_options(spec, job_image)
     _check_size(plan)
     for shard in plan.shards:  # refuse at commit time what the child would refuse at run time
         _shard_jobs(shard, job_image, {})
@@ -377,7 +382,7 @@ def render_parent(plan: Plan, manifests: Sequence[str], *, tool_spec: str, pytho
             # Merge requests plan only; the default branch (pushes, manual runs) plans and builds.
             "rules": [merge_request, default_push, manual],
             # One repo-relative path after another, split by the shell: plain path characters only (checked).
-            "variables": {"MANIFESTS": " ".join(paths), "TOOL_SPEC": _literal(tool_spec),
+            "variables": {"MANIFESTS": " ".join(paths), "TOOL_SPEC": _literal(spec),
                           "PYTHON_IMAGE": job_image, **read_variables(registry)},
             "script": [
                 _INSTALL_TOOL,
@@ -406,9 +411,9 @@ class GitLabEmitter:
     max_shards: int | None = MAX_SHARDS
 
     def render(self, plan: Plan, manifests: list[str], *, pipeline: Pipeline = "parent",
-               tool_spec: str = "trt-orchestrator", python: str = DEFAULT_PYTHON, image: str | None = None,
+               tool_spec: str | None = None, python: str = DEFAULT_PYTHON, image: str | None = None,
                output_path: str | None = None, plan_path: str = PLAN_PATH, registry: RegistryConfig | None = None,
-               lfs: bool = False) -> dict[str, str]:
+               lfs: bool = False, default_tool_spec: str = DEFAULT_TOOL_SPEC) -> dict[str, str]:
         """{path: text}. ``parent``: the committed `.gitlab-ci.yml` (pass a plan made against an empty index,
         ``orchestrator.app.ci.workflow_plan``); ``child``: the child pipeline of a real plan (plan.json).
         ``lfs`` is accepted for the app's common context and needs nothing here: GitLab runners fetch LFS objects
@@ -416,13 +421,13 @@ class GitLabEmitter:
         if pipeline == "child":
             path = output_path or CHILD_PATH
             child_image = image if image is not None else f"python:{python}-slim"
-            return {path: render_child(plan, tool_spec=tool_spec, image=child_image, registry=registry,
-                                       plan_path=plan_path, output_path=path)}
+            return {path: render_child(plan, tool_spec=tool_spec or default_tool_spec, image=child_image,
+                                       registry=registry, plan_path=plan_path, output_path=path)}
         if pipeline != "parent":
             raise CIError(f"unknown GitLab pipeline {pipeline!r}", hint="parent or child")
         path = output_path or PIPELINE_PATH
         return {path: render_parent(plan, manifests, tool_spec=tool_spec, python=python, image=image,
-                                    output_path=path, registry=registry)}
+                                    output_path=path, registry=registry, default_tool_spec=default_tool_spec)}
 
 
 emitter = GitLabEmitter()

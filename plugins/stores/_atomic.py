@@ -28,14 +28,13 @@ import os
 import queue
 import re
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.atomic import fsync_dir, write_json_atomic
+from orchestrator.atomic import create_temp, fsync_dir, write_json_atomic
 from orchestrator.errors import StoreError
 
 CHUNK = 4 * 1024 * 1024  # hashing reads and in-kernel copy steps (the hasher trails the copy by one step)
@@ -295,7 +294,7 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
     dest = Path(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(dest.name), suffix=".tmp", dir=dest.parent)
+        fd, tmp = create_temp(dest.parent, prefix=temp_prefix(dest.name))  # 0o666 & ~umask, not 0600
     except OSError as e:
         raise DestinationError(dest, e) from e
     try:
@@ -378,7 +377,7 @@ def stage_copy(src: Path, directory: Path, dest: Path | None = None) -> tuple[Pa
     try:
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=temp_prefix("incoming"), suffix=".tmp", dir=directory)
+            fd, tmp = create_temp(directory, prefix=temp_prefix("incoming"))  # 0o666 & ~umask, not 0600
         except OSError as e:
             raise DestinationError(where, e) from e
         try:

@@ -368,7 +368,8 @@ def test_plan_files_render_the_current_plan(done, tmp_path):
         ci.plan_files("k8s-indexed-job", done.project)
     assert "nothing to build" in e.value.message
     _write_project(tmp_path)
-    files = ci.plan_files("k8s-indexed-job", _load(tmp_path), output_path="k8s/engines.yaml")
+    files = ci.plan_files("k8s-indexed-job", _load(tmp_path), output_path="k8s/engines.yaml",
+                          repo_url="https://git.example/r.git", revision="0" * 40, image="registry.example/trt:1")
     (path, text), = files.items()
     assert path == "k8s/engines.yaml"
     assert FP32 in text and FP16 in text and "kind: Job" in text

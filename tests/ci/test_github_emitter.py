@@ -88,7 +88,7 @@ def test_workflow_shape(fleet):
     assert wf["concurrency"] == {
         "group": "engines-${{ github.ref }}-" + github.manifests_hash(["manifests/fleet.yaml"]),
         "cancel-in-progress": "${{ github.event_name == 'pull_request' }}"}
-    assert wf["env"] == {"MANIFESTS": "manifests/fleet.yaml", "TOOL_SPEC": "trt-orchestrator",
+    assert wf["env"] == {"MANIFESTS": "manifests/fleet.yaml", "TOOL_SPEC": ".[ort]",
                          "PYTHON_VERSION": "3.11"}
     jobs = wf["jobs"]
     assert list(jobs) == ["plan", "comment", "build", "gate", "publish"]

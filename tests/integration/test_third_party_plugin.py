@@ -1,10 +1,12 @@
 """A third-party builder + runtime pair, installed through real entry points, end to end through the CLI.
 
 The plugin is the package in ``tests/data/onnx_copy_plugin`` (builder ``onnx-copy``: the engine is a byte copy of
-the ONNX model; runtime ``onnx-copy-ort``: runs it on onnxruntime's CPU provider). ``scripts/test.sh`` installs it
-into the venv; here it is only checked, never installed, so a missing or stale install fails with the command that
-fixes it. The manifest (``tests/data/manifests/third-party/onnx-copy.yaml``) names no first-party builder; every
-command runs as ``python -m orchestrator`` in a subprocess, so the plugins are found exactly as a user's would be.
+the ONNX model; runtime ``onnx-copy-ort``: runs it on onnxruntime's CPU provider). It is a test-only plugin, so it
+never goes into the user's environment (where it would show in `doctor` and in every `pull` refusal, issue 22.6):
+the ``plugin_site`` fixture builds and installs it with pip, once per module, into a private folder that only these
+tests' subprocesses get on ``PYTHONPATH``, where its entry points are found exactly as an installed package's. The
+manifest (``tests/data/manifests/third-party/onnx-copy.yaml``) names no first-party builder; every command runs as
+``python -m orchestrator`` in a subprocess, so the plugins are found exactly as a user's would be.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ PLUGIN_SRC = REPO / "tests" / "data" / "onnx_copy_plugin"
 MANIFEST = REPO / "tests" / "data" / "manifests" / "third-party" / "onnx-copy.yaml"
 DIST = "onnx-copy-plugin"
 BUILDER, RUNTIME = "onnx-copy", "onnx-copy-ort"
-INSTALL = f"{sys.executable} -m pip install --no-deps {PLUGIN_SRC}"
 FIRST_PARTY_BUILDERS = ("tensorrt", "tensorrt-rtx", "trtexec", "onnxruntime")
 ALLOWED_PROJECT_IMPORTS = ("orchestrator.core", "orchestrator.contracts", "orchestrator.errors")
+WANTED_ENTRY_POINTS = {("trt_orchestrator.builders", BUILDER): "onnx_copy_plugin:builder",
+                       ("trt_orchestrator.runtimes", RUNTIME): "onnx_copy_plugin:runtime"}
 
 
 def _sha256(path: Path) -> str:
@@ -44,33 +47,53 @@ def _family(version: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def plugin_version() -> str:
-    """The installed plugin's version, after checking that its entry points are there and not stale."""
-    try:
-        dist = metadata.distribution(DIST)
-    except metadata.PackageNotFoundError:
-        pytest.fail(f"{DIST} is not installed in this interpreter's environment ({sys.prefix}); scripts/test.sh "
-                    f"installs it, or run: {INSTALL}", pytrace=False)
-    eps = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
-    want = {("trt_orchestrator.builders", BUILDER): "onnx_copy_plugin:builder",
-            ("trt_orchestrator.runtimes", RUNTIME): "onnx_copy_plugin:runtime"}
-    missing = {k: v for k, v in want.items() if eps.get(k) != v}
-    if missing:
-        pytest.fail(f"{DIST} {dist.version} does not register {missing} (it has {eps}); reinstall: {INSTALL}",
+def plugin_site(tmp_path_factory) -> Path:
+    """The plugin built by pip (with build isolation, as any package) from a copy of its sources and installed
+    with ``--target`` into a private folder: on no path but the one these tests give their subprocesses."""
+    root = tmp_path_factory.mktemp("onnx-copy-plugin")
+    src = root / "src"
+    shutil.copytree(PLUGIN_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    site = root / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                           "--target", str(site), str(src)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"installing {DIST} into {site} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}",
                     pytrace=False)
+    return site
+
+
+@pytest.fixture(scope="module")
+def plugin_version(plugin_site: Path) -> str:
+    """The privately installed plugin's version, after checking that its entry points are there, once."""
+    (dist,) = metadata.distributions(name=DIST, path=[str(plugin_site)])
+    eps = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
+    assert {k: eps.get(k) for k in WANTED_ENTRY_POINTS} == WANTED_ENTRY_POINTS, eps
     # the same names must not come from anywhere else (entry points are keyed by name)
-    for (group, name), value in want.items():
-        found = [ep.value for ep in metadata.entry_points(group=group) if ep.name == name]
+    for (group, name), value in WANTED_ENTRY_POINTS.items():
+        found = [ep.value for d in metadata.distributions(path=[str(plugin_site), *sys.path])
+                 for ep in d.entry_points if (ep.group, ep.name) == (group, name)]
         assert found == [value], f"{group}:{name} is registered {len(found)} times: {found}"
-    # a non-editable install copies the sources: refuse to test an old copy
-    installed = {str(f): f for f in dist.files or () if str(f).startswith("onnx_copy_plugin/")
-                 and str(f).endswith(".py")}
-    for src in sorted((PLUGIN_SRC / "onnx_copy_plugin").glob("*.py")):
-        rel = f"onnx_copy_plugin/{src.name}"
-        if rel not in installed or Path(dist.locate_file(installed[rel])).read_bytes() != src.read_bytes():
-            pytest.fail(f"the installed {DIST} is stale ({rel} differs from {src.relative_to(REPO)}); "
-                        f"reinstall: {INSTALL}", pytrace=False)
     return dist.version
+
+
+@pytest.fixture(autouse=True)
+def _plugin_on_path(plugin_site: Path, monkeypatch) -> None:
+    """Every subprocess of these tests (``_cli``) finds the plugin; this interpreter does not import it."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugin_site),
+                                                                   os.environ.get("PYTHONPATH")])))
+
+
+def test_the_test_plugin_is_not_in_the_users_environment(plugin_site: Path) -> None:
+    """The environment the tests run in (this interpreter's path, less the private folder) has no trace of the
+    test-only plugin: `doctor` and `pull` refusals there never name it."""
+    path = [p for p in sys.path if Path(p or ".").resolve() != plugin_site.resolve()]
+    found = [f"{d.metadata['Name']} {d.version} at {d.locate_file('')}" for d in metadata.distributions(path=path)
+             if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == DIST]
+    assert found == [], (f"{DIST} is installed in the user's environment: {found}; remove it with "
+                         f"`{sys.executable} -m pip uninstall -y {DIST}` (scripts/test.sh no longer installs it)")
+    eps = [f"{ep.group}:{ep.name}" for d in metadata.distributions(path=path) for ep in d.entry_points
+           if ep.name in (BUILDER, RUNTIME)]
+    assert eps == []
 
 
 def _cli(*args: str, cwd: Path, cache: Path, check: bool = True) -> subprocess.CompletedProcess:
