@@ -92,8 +92,10 @@ def upgrade_check(manifests, to, from_, inventory, gpus, platform, lean_runtime,
             for line in render.rehearsal_lines(rehearsal, publish):
                 console().print(line)
             console().print(Text(f"wrote {one_line(str(page))}"))
-    elif do_build and not as_json:
-        console().print("nothing to rebuild: no engine stops loading on the new stack")
+    elif do_build:
+        data["rehearsal"] = None  # nothing to rebuild: no engine stops loading on the new stack
+        if not as_json:
+            console().print("nothing to rebuild: no engine stops loading on the new stack")
     if as_json:
         print_json({**data, "exit_code": int(code)})
     return code

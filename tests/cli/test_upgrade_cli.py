@@ -63,9 +63,10 @@ def test_triton_upgrade_lists_and_plans_the_rebuild(project):
 
 
 def test_nothing_breaks_exit_0_even_with_detailed_exitcode(project):
-    proc = check(project, "--from", "triton:25.11", "--to", "triton:25.12", "--detailed-exitcode", "--json")
+    proc = check(project, "--from", "triton:25.11", "--to", "triton:25.12", "--detailed-exitcode", "--json", "--build")
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["summary"]["breaking"] is False and data["rebuild"] == []
+    assert data["rehearsal"] is None  # --build with nothing to rebuild builds nothing
     assert data["summary"]["keeps"] == 2
 
 
