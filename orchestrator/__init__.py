@@ -17,6 +17,9 @@ cheap)::
                                       gpus=["sm75", "sm86", "sm89", "sm90"])
     repo.models[0].files  # ExportedFile(path, status, digest, ...)
     orchestrator.resolve_serving("triton:25.01").tensorrt  # '10.8.0.43'
+    # upgrade rehearsal: which engines stop loading on the new stack, the rebuild set; build and gate it
+    report = orchestrator.upgrade_check(project, from_="triton:25.11", to="triton:26.03")
+    orchestrator.rehearse(report)
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ _API = {
     "ExportedFile": "orchestrator.app.triton",
     "resolve_serving": "orchestrator.core.serving",
     "ServingStack": "orchestrator.core.serving",
+    "upgrade_check": "orchestrator.app.upgrade",
+    "UpgradeReport": "orchestrator.app.upgrade",
+    "rehearse": "orchestrator.app.upgrade",
     "report_cells": "orchestrator.app.matrix",
     "diagnose": "orchestrator.app.doctor",
     "RegistryConfig": "orchestrator.core.model",

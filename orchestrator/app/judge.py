@@ -192,7 +192,7 @@ def platform_reason(meta: Mapping[str, Any], engine: EngineDescriptor, deploymen
     return why
 
 
-def _built_on_cc(meta: Mapping[str, Any]) -> str | None:
+def built_on_cc(meta: Mapping[str, Any]) -> str | None:
     gpus = _runner(meta).get("gpus") or []
     first = gpus[0] if gpus and isinstance(gpus[0], Mapping) else {}
     cc = first.get("compute_capability")
@@ -240,7 +240,7 @@ def gpu_model_policy(compat: Compat, meta: Mapping[str, Any], engine: EngineDesc
     if built is None:
         note = "the GPU model it was built on is not recorded"
     else:
-        built_cc = _built_on_cc(meta)
+        built_cc = built_on_cc(meta)
         note = (f"same compute capability {built_cc}, built on {built}" if built_cc and
                 built_cc == fp.compute_capability else f"built on {built}" + (f" (CC {built_cc})" if built_cc else ""))
     note += f"; this GPU is {here}" if here else "; this GPU's model is not declared (--gpu-model)"
@@ -275,30 +275,35 @@ def judge(fp: RunnerFingerprint, spec: RuntimeSpec | None, *, lean: LeanRuntime 
     installed on ``fp``; ``AS_BUILT``: each engine's own runtime and release); ``cpu``: the rule for CPU engines
     when ``fp``'s GPU is declared (None: detected)."""
     def judge_one(art: StoredArtifact) -> Compat:
-        meta = art.metadata
-        engine = descriptor(meta)
-        wrong_platform = platform_reason(meta, engine, fp.platform)
-        if wrong_platform:
-            return Compat.no(wrong_platform)
-        try:
-            runtime = plugins.runtime_for(engine)
-        except PluginError as e:
-            return Compat.no(f"its runtime plugin is not usable here: {e.message}")
-        local = fp
-        if spec is not None:
-            declared = _declared(fp, spec, engine)
-            if isinstance(declared, str):
-                return Compat.no(declared)
-            local = declared
-        compat = runtime.can_run(engine, local)
-        if not compat.ok:
-            return compat
-        compat = cpu_policy(compat, engine, local, cpu)
-        if not compat.ok:
-            return compat
-        return lean_policy(gpu_model_policy(compat, meta, engine, local), engine, lean)
+        return judge_engine(art.metadata, descriptor(art.metadata), fp, spec, lean=lean, cpu=cpu)
 
     return judge_one
+
+
+def judge_engine(meta: Mapping[str, Any], engine: EngineDescriptor, fp: RunnerFingerprint, spec: RuntimeSpec | None,
+                 *, lean: LeanRuntime | None = None, cpu: CpuRule | None = None) -> Compat:
+    """``judge``'s answer for one engine: its record's metadata (``{}`` for an engine not built yet: its platform
+    is its target's) and its descriptor."""
+    wrong_platform = platform_reason(meta, engine, fp.platform)
+    if wrong_platform:
+        return Compat.no(wrong_platform)
+    try:
+        runtime = plugins.runtime_for(engine)
+    except PluginError as e:
+        return Compat.no(f"its runtime plugin is not usable here: {e.message}")
+    local = fp
+    if spec is not None:
+        declared = _declared(fp, spec, engine)
+        if isinstance(declared, str):
+            return Compat.no(declared)
+        local = declared
+    compat = runtime.can_run(engine, local)
+    if not compat.ok:
+        return compat
+    compat = cpu_policy(compat, engine, local, cpu)
+    if not compat.ok:
+        return compat
+    return lean_policy(gpu_model_policy(compat, meta, engine, local), engine, lean)
 
 
 def declared_platform(text: str) -> str:

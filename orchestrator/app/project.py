@@ -75,7 +75,12 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
     manifests = load_manifests(paths, capabilities)
     ws = default_workspace(cache_dir)
     # url sources: keyed by their pin, their path is where build/gate put the verified download (plan fetches none)
-    manifests = sources.localize(manifests, ws.root)
+    return project_of(sources.localize(manifests, ws.root), ws, capabilities)
+
+
+def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: CapabilitiesFn | None = None) -> Project:
+    """Manifests already loaded (and localized) as a project: model and data digests, the resolved graph. The
+    upgrade rehearsal resolves manifests whose targets it re-targeted this way."""
     registries = {m.registry for m in manifests}
     if len(registries) > 1:
         raise UsageError("the manifests name different registries; plan them separately",
@@ -111,4 +116,4 @@ def _file_sha256(path: str) -> str:
 
 
 __all__ = ["BuilderCapabilities", "Project", "default_workspace", "display_path", "load_manifests",
-           "load_project", "registry_of"]
+           "load_project", "project_of", "registry_of"]
