@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
+from orchestrator.app.store_check import damage_error, damaged_matching
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import DECLARED_PREFIX, InstalledRuntime, RunnerFingerprint, same_gpu_model
@@ -288,6 +289,9 @@ def candidates(store: Store, model: str, version: str | None) -> tuple[str, list
     wanted = version if version not in (None, "latest") else latest_version((r.metadata for r in records), model)
     artifacts = select(records, lambda a: a.metadata, model=model, version=wanted) if wanted else []
     if not wanted or not artifacts:
+        damaged = damaged_matching(store, lambda d: d.model == model)
+        if damaged and not records:  # only damaged records of it: say which, not "nothing published"
+            raise damage_error(f"model {model!r}", damaged)
         raise ArtifactNotFoundError(f"nothing published for model {model!r}"
                                     + (f" version {version}" if version not in (None, "latest") else ""),
                                     hint="see `orchestrate ls`")
@@ -347,7 +351,7 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
         fp = _on_platform(fp, declared_platform)
     if declared_gpu is not None:
         fp = replace(fp, gpus=declared_gpu.gpus)
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     wanted, found = candidates(store, model, version)
     ranking = rank_candidates(found, _judge(fp, spec, precision, profile, lean))
     if ranking.best is None:
@@ -554,7 +558,7 @@ def pull_all(models: Sequence[str], *, registry: RegistryConfig, gpus: Sequence[
     fp = fingerprint or plugins.fingerprint()
     if platform is not None:
         fp = _on_platform(fp, _declared_platform(platform))
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     names = list(dict.fromkeys(models)) or sorted({str(r.metadata["model"]["name"]) for r in store.records()})
     if not names:
         raise ArtifactNotFoundError("nothing is published in this registry", hint="see `orchestrate ls`")

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.contracts.store import StoredArtifact
+from orchestrator.app.store_check import damage_error, damaged_matching
+from orchestrator.contracts.store import DamagedRecord, StoreChecker, StoredArtifact
 from orchestrator.core.model import RegistryConfig
 from orchestrator.core.query import expired, select
 from orchestrator.errors import ArtifactNotFoundError
@@ -21,7 +22,7 @@ def _meta(artifact: StoredArtifact) -> dict:  # type: ignore[type-arg]
 
 def list_artifacts(registry: RegistryConfig, *, model: str | None = None) -> list[StoredArtifact]:
     """Published artifacts, newest first (one model's when given)."""
-    return plugins.open_store(registry).records(model)
+    return plugins.open_existing_store(registry).records(model)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Listing:
     artifacts: list[StoredArtifact]  # newest first
     calibration: tuple[CalibrationCache, ...] = ()
     timing: tuple[TimingCache, ...] = ()
+    damaged: tuple[DamagedRecord, ...] = ()  # records the store holds but cannot serve (flagged, not listed)
 
 
 def _attachment(meta: Mapping[str, Any], name: object) -> Mapping[str, Any] | None:
@@ -126,15 +128,18 @@ def caches_of(records: Iterable[StoredArtifact]) -> tuple[tuple[CalibrationCache
 
 
 def listing(registry: RegistryConfig, *, model: str | None = None) -> Listing:
-    """``ls``: the published records (newest first) and the caches published with them."""
-    records = list_artifacts(registry, model=model)
+    """``ls``: the published records (newest first), the caches published with them, and the damaged records
+    (a damaged record never hides the others: issue 23.1)."""
+    store = plugins.open_existing_store(registry)
+    records = store.records(model)
+    damaged = tuple(store.damaged(model)) if isinstance(store, StoreChecker) else ()
     calibration, timing = caches_of(records)
-    return Listing(records, calibration, timing)
+    return Listing(records, calibration, timing, damaged)
 
 
 def find(registry: RegistryConfig, *, address: str | None = None, model: str | None = None,
          version: str | None = None, labels: dict[str, str] | None = None) -> list[StoredArtifact]:
-    records = plugins.open_store(registry).records(model)
+    records = plugins.open_existing_store(registry).records(model)
     return select(records, _meta, address=address, model=model, version=version, labels=labels)
 
 
@@ -146,7 +151,8 @@ def record_key_of(meta: Mapping[str, Any]) -> str:
 def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
     """One record by address (the newest publish), by engine digest (``sha256:…`` or 64 hex digits: the newest
     record of that engine; a re-gated engine has several) or by record key (64 hex digits)."""
-    records = plugins.open_store(registry).records()
+    store = plugins.open_existing_store(registry)
+    records = store.records()
     if ref.startswith("sha256:") or re.fullmatch(r"[0-9a-f]{64}", ref):
         digest = ref if ref.startswith("sha256:") else f"sha256:{ref}"
         hits = [a for a in records if a.digest == digest]
@@ -155,6 +161,9 @@ def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
     else:
         hits = select(records, _meta, address=ref)
     if not hits:
+        damaged = damaged_matching(store, lambda d: ref in (d.address, d.key, d.digest, f"sha256:{ref}"))
+        if damaged:
+            raise damage_error(ref, damaged)
         raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry", hint="see `orchestrate ls`")
     return hits[0]
 
@@ -167,7 +176,7 @@ class RetentionResult:
 
 def retention(registry: RegistryConfig, *, keep_versions: int, delete: bool) -> RetentionResult:
     """Keep each model's newest ``keep_versions`` versions; delete the rest only when ``delete`` is set."""
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     doomed = expired(store.records(), _meta, keep_versions=keep_versions)
     removed = store.delete([a.digest for a in doomed]) if delete and doomed else 0
     return RetentionResult(tuple(doomed), removed)

@@ -440,7 +440,7 @@ def export_triton(models: Sequence[str], *, registry: RegistryConfig, repo: str 
     if runtime is not None and is_serving(runtime):
         resolve_serving(runtime)  # an unknown release is refused before the registry is read
     fp = fingerprint or plugins.fingerprint()
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     plans = [_plan(store, safe_name(model), fp=fp, gpus=gpus, version=version, precision=precision,
                    profile=profile, runtime=runtime) for model in dict.fromkeys(models)]
     missing = [m for p in plans for m in p.missing]
