@@ -34,10 +34,9 @@ it anew. An ``index.json`` that is not JSON or not the index's shape is rebuilt 
 record digests it still holds), and written back when the store is writable (a read-only store is read through the
 repaired copy in memory). Only ``meta/<64 hex>.json`` files are records.
 
-Where it is. ``index()`` and ``records()`` read a directory that does not exist as an empty store (a first plan,
-build or gate before anything was published is normal; the index's ``note`` says so for the plan), and ``put``
-creates it; readers that need a store (``ls``, ``show``, ``pull``, ``retention``) call ``require_existing()``,
-a ``StoreError`` naming the path.
+Where it is. ``index()`` and ``records()`` read a missing directory as an empty store (a first plan before any
+publish is normal; the index's ``note`` says so), ``put`` creates it, and readers that need a store (``ls``,
+``show``, ``pull``, ``retention``) call ``require_existing()``: a ``StoreError`` naming the path.
 
 Temp files. A publish killed mid-copy leaves ``blobs/sha256/.incoming.<pid>.<host>.<random>.tmp``; every publish
 and read removes the temp files of dead writers on this host and any untouched for ``stale_temp_s`` (an hour)
@@ -155,8 +154,7 @@ class LocalStore:
                          hint="check --registry (or the manifest's registry.path) for a typo; `orchestrate "
                               "publish` creates the store with its first artifact")
 
-    def _sweep(self) -> None:
-        """Remove temp files killed writers left (see the module docstring). Never creates anything."""
+    def _sweep(self) -> None:  # temp files killed writers left (see the module docstring); creates nothing
         for directory in (self.blobs, self.meta_dir, self.root):
             remove_stale_temps(directory, max_age_s=self.stale_temp_s)
 
@@ -288,9 +286,11 @@ class LocalStore:
         except OSError as e:
             raise StoreError(f"cannot read the record {path}: {e.strerror or e}",
                              hint="check the store directory's permissions and disk") from None
-        try:
-            meta = json.loads(raw)
-        except ValueError as e:  # includes UnicodeDecodeError
+        try:  # decoded as UTF-8 first: json.loads would guess UTF-16 from a leading NUL and say something odd
+            meta = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return raw, None, f"not JSON: not UTF-8 text (byte {e.start})"
+        except ValueError as e:
             reason = "it is empty" if not raw.strip() else f"not JSON: {str(e).splitlines()[0]}"
             return raw, None, reason
         return raw, meta, record_problem(meta, key, full=full)
