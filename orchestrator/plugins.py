@@ -22,7 +22,7 @@ from typing import Any, Union
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
 from orchestrator.contracts.runtime import Runtime, TritonBackend
-from orchestrator.contracts.store import IndexReader, Store
+from orchestrator.contracts.store import ExistenceCheck, IndexReader, Store
 from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
 from orchestrator.core.capabilities import BuilderCapabilities
@@ -216,6 +216,16 @@ def open_store(ref: RegistryRef) -> Store:
     config = registry_config(ref, os.getcwd())
     factory = load(STORES, config.store or DEFAULT_STORE)
     store: Store = factory(config)
+    return store
+
+
+def open_existing_store(config: RegistryRef) -> Store:
+    """The store for a reader that needs one to exist (``ls``, ``show``, ``pull``, ``retention``): a local store
+    whose directory is missing is an error naming it, never an empty store. The build pipeline keeps
+    ``open_store``: a first plan, build or gate before anything was published is normal."""
+    store = open_store(config)
+    if isinstance(store, ExistenceCheck):
+        store.require_existing()
     return store
 
 

@@ -111,7 +111,7 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
         fp = on_platform(fp, deployment)
     if declared_gpu is not None:
         fp = replace(fp, gpus=declared_gpu.gpus)
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     wanted, found = find_candidates(store, model, version, precision, profile)
     cpu = CpuRule(allow_cpu, ALLOW_CPU if allow_cpu else f"pass {ALLOW_CPU}") if declared_gpu is not None else None
     ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu))
@@ -325,7 +325,7 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
     fp = fingerprint or plugins.fingerprint()
     if platform is not None:
         fp = on_platform(fp, declared_platform(platform))
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     names = list(dict.fromkeys(models)) or sorted({str(r.metadata["model"]["name"]) for r in store.records()})
     if not names:
         raise ArtifactNotFoundError("nothing is published in this registry", hint="see `orchestrate ls`")

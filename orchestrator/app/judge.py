@@ -33,6 +33,7 @@ from typing import Any
 
 from orchestrator import plugins
 from orchestrator.app.registry import record_key_of
+from orchestrator.app.store_check import damage_error, damaged_matching
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import DECLARED_PREFIX, InstalledRuntime, RunnerFingerprint, same_gpu_model
@@ -394,6 +395,9 @@ def find_candidates(store: Store, model: str, version: str | None, precision: st
     records = select(store.records(model), lambda a: a.metadata, model=model)
     metas = [r.metadata for r in records]
     if not records:
+        damaged = damaged_matching(store, lambda d: d.model == model)
+        if damaged:  # only damaged records of it: say which, not "nothing published"
+            raise damage_error(f"model {model!r}", damaged)
         raise _not_published(store, model)
     wanted = version if version not in (None, "latest") else latest_version(metas, model)
     artifacts = select(records, lambda a: a.metadata, version=wanted)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from orchestrator import plugins
 from orchestrator.app import sources
 from orchestrator.app.project import Project, display_path
-from orchestrator.contracts.store import AttachmentReader, IndexReader, StoredArtifact
+from orchestrator.contracts.store import AttachmentReader, IndexReader, StoredArtifact, registry_note
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import BuildGraph, Cell, Node
@@ -49,7 +49,8 @@ def plan(project: Project, index: IndexReader | None = None, *, max_shards: int 
     """Every cell against the registry: build, rebuild (naming what changed), up to date, blocked."""
     index = index or registry_index(project)
     return plan_against(project.graph, index.latest_by_address(), index.state_token(), project.manifest_digests,
-                        max_shards=max_shards, max_cells_per_shard=max_cells_per_shard)
+                        max_shards=max_shards, max_cells_per_shard=max_cells_per_shard,
+                        registry_note=registry_note(index))
 
 
 def check_plan_current(project: Project, saved: Plan, index: IndexReader | None = None) -> None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.contracts.store import StoredArtifact
+from orchestrator.app.store_check import damage_error, damaged_matching
+from orchestrator.contracts.store import DamagedRecord, Store, StoreChecker, StoredArtifact
 from orchestrator.core.model import RegistryConfig
 from orchestrator.core.query import expired, select
 from orchestrator.errors import ArtifactNotFoundError, UsageError
@@ -22,7 +23,7 @@ def _meta(artifact: StoredArtifact) -> dict:  # type: ignore[type-arg]
 
 def list_artifacts(registry: RegistryConfig, *, model: str | None = None) -> list[StoredArtifact]:
     """Published artifacts, newest first (one model's when given)."""
-    return plugins.open_store(registry).records(model)
+    return plugins.open_existing_store(registry).records(model)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Listing:
     artifacts: list[StoredArtifact]  # newest first
     calibration: tuple[CalibrationCache, ...] = ()
     timing: tuple[TimingCache, ...] = ()
+    damaged: tuple[DamagedRecord, ...] = ()  # records the store holds but cannot serve (flagged, not listed)
 
 
 def _attachment(meta: Mapping[str, Any], name: object) -> Mapping[str, Any] | None:
@@ -127,15 +129,18 @@ def caches_of(records: Iterable[StoredArtifact]) -> tuple[tuple[CalibrationCache
 
 
 def listing(registry: RegistryConfig, *, model: str | None = None) -> Listing:
-    """``ls``: the published records (newest first) and the caches published with them."""
-    records = list_artifacts(registry, model=model)
+    """``ls``: the published records (newest first), the caches published with them, and the damaged records
+    (a damaged record never hides the others: issue 23.1)."""
+    store = plugins.open_existing_store(registry)
+    records = store.records(model)
+    damaged = tuple(store.damaged(model)) if isinstance(store, StoreChecker) else ()
     calibration, timing = caches_of(records)
-    return Listing(records, calibration, timing)
+    return Listing(records, calibration, timing, damaged)
 
 
 def find(registry: RegistryConfig, *, address: str | None = None, model: str | None = None,
          version: str | None = None, labels: dict[str, str] | None = None) -> list[StoredArtifact]:
-    records = plugins.open_store(registry).records(model)
+    records = plugins.open_existing_store(registry).records(model)
     return select(records, _meta, address=address, model=model, version=version, labels=labels)
 
 
@@ -152,18 +157,30 @@ def _record_match(a: StoredArtifact) -> str:
     return f"{a.metadata.get('address')}: record {record_key_of(a.metadata)[:12]} (engine {a.digest[:19]})"
 
 
+def _refuse_damaged(store: Store, ref: str) -> None:
+    """A reference that names a damaged record gets the damage, not "no artifact"."""
+    hexpart = ref.strip().lower().removeprefix("sha256:")
+    damaged = damaged_matching(store, lambda d: ref in (d.address, d.key, d.digest) or bool(
+        hexpart and re.fullmatch(r"[0-9a-f]+", hexpart)
+        and (d.key.startswith(hexpart) or d.digest.removeprefix("sha256:").startswith(hexpart))))
+    if damaged:
+        raise damage_error(ref, damaged)
+
+
 def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
     """One record by what ``ls`` prints: its address (the newest publish), its engine digest (``sha256:…`` or hex:
     the newest record of that engine; a re-gated engine has several) or its record key, the last two by any
     unique prefix (``ls`` prints ``sha256:`` + 12 hex and 12 hex). A prefix that starts the digests or keys of
     several records is a ``UsageError`` listing them."""
-    records = plugins.open_store(registry).records()
+    store = plugins.open_existing_store(registry)
+    records = store.records()
     text = ref.strip().lower()
     hexpart = text.removeprefix("sha256:")
     if not re.fullmatch(r"[0-9a-f]+", hexpart):
         hits = select(records, _meta, address=ref)
         if hits:
             return hits[0]
+        _refuse_damaged(store, ref)
         close = difflib.get_close_matches(ref, sorted({str(a.metadata["address"]) for a in records}), n=3)
         raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry",
                                     hint=(f"did you mean {' or '.join(close)}? " if close else "")
@@ -180,6 +197,7 @@ def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
     if not keyed and len(engines) == 1:
         return next(iter(engines.values()))
     if not keyed and not engines:
+        _refuse_damaged(store, ref)
         raise ArtifactNotFoundError(f"no artifact {ref!r} in the registry",
                                     hint="give an address, an engine digest or a record key as `orchestrate ls` "
                                          "prints them (any unique prefix of a digest or key)")
@@ -197,7 +215,7 @@ class RetentionResult:
 
 def retention(registry: RegistryConfig, *, keep_versions: int, delete: bool) -> RetentionResult:
     """Keep each model's newest ``keep_versions`` versions; delete the rest only when ``delete`` is set."""
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     doomed = expired(store.records(), _meta, keep_versions=keep_versions)
     removed = store.delete([a.digest for a in doomed]) if delete and doomed else 0
     return RetentionResult(tuple(doomed), removed)

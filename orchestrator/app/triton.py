@@ -443,7 +443,7 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
         deployment_runtime(runtime)  # a malformed runtime or an unknown release is refused before the registry is read
     root = outputs.check_directory(repo, "--repo")
     fp = fingerprint or plugins.fingerprint()
-    store = plugins.open_store(registry)
+    store = plugins.open_existing_store(registry)
     plans = [_plan(store, safe_name(model), fp=fp, gpus=gpus, version=version, precision=precision,
                    profile=profile, runtime=runtime) for model in dict.fromkeys(models)]
     missing = [m for p in plans for m in p.missing]

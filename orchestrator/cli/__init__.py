@@ -33,6 +33,7 @@ COMMANDS = {
     "pull": "orchestrator.cli.deploy_cmds:pull",
     "export": "orchestrator.cli.deploy_cmds:export",
     "retention": "orchestrator.cli.registry_cmds:retention",
+    "store": "orchestrator.cli.store_cmds:store",
     "report": "orchestrator.cli.report_cmds:report",
     "ci": "orchestrator.cli.ci_cmds:ci",
     "upgrade-check": "orchestrator.cli.upgrade_cmds:upgrade_check",

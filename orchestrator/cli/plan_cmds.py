@@ -169,6 +169,8 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
                                  f"{row['tensorrt']}, CUDA {row['cuda'] or '?'}"
                                  + (f", {row['image']}" if row["image"] else "") + f" ({row['status']}: "
                                  f"{one_line(row['source'])})"))
+        if the_plan.registry_note:
+            console().print(Text(f"\nregistry: {one_line(the_plan.registry_note)}"))
         console().print(f"\n[bold]{the_plan.summary()}[/]")
         if out:
             console().print(Text(f"saved to {one_line(out)} ({len(the_plan.shards)} shard(s))"))

@@ -166,6 +166,9 @@ class IndexEntry:
     gate_key: str = ""  # "" for records published before gate keys
     gate_inputs: dict[str, Any] = field(default_factory=dict)
     record_key: str = ""  # the record's identity (``core.keys.record_key``); "" read as the build key
+    # "": a sound record. Else what is wrong with it (not JSON, changed since published, its engine gone): the
+    # store still knows it is the newest at its address, but cannot serve it, so the planner asks for it again
+    damage: str = ""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ Status per cell, Terraform-like: ``+ build`` (nothing published at that address)
 but the build key differs: the changed inputs are named), ``~ re-gate`` (the published engine is current but its
 verdicts were given under other gate settings: the changed settings are named; gate again, no rebuild),
 ``= up to date``, ``! blocked`` (with the reason).
+A cell whose newest published record is damaged plans as ``~ rebuild`` with the reason ``record damaged: …``: its
+metadata (gate verdicts, the builder's fingerprint) cannot be trusted, so the cell goes through build (a cache hit
+where this machine still holds the engine), gate and publish again, and publish replaces the damaged record.
 A saved plan records the manifests' digests and the registry state it was made against, so
 ``build --plan`` can refuse a plan whose world has moved.
 """
@@ -82,6 +85,7 @@ class Plan:
     registry_state: str
     manifests: dict[str, str] = field(default_factory=dict)  # path -> sha256 of its bytes
     models: dict[str, str] = field(default_factory=dict)  # "name@version" -> model digest the keys were made from
+    registry_note: str = ""  # what the registry said about itself (e.g. a local store that does not exist yet)
 
     def counts(self) -> Counter[str]:
         return Counter(e.status for e in self.entries)
@@ -104,6 +108,7 @@ class Plan:
             "registry_state": self.registry_state,
             "manifests": dict(self.manifests),
             "models": dict(self.models),
+            "registry_note": self.registry_note,
             "summary": {"build": c["build"], "rebuild": c["rebuild"], "regate": c["regate"],
                         "up_to_date": c["up-to-date"],
                         "blocked": c["blocked"], "text": self.summary()},
@@ -127,6 +132,11 @@ def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
         return PlanEntry(status="blocked", reason=cell.blocked, **common)
     if published is None:
         return PlanEntry(status="build", reason="not published", **common)
+    if published.damage:
+        damaged = (f"record damaged: {published.damage}",
+                   "build (a cache hit where the engine is still here), gate and publish again: publish replaces it")
+        return PlanEntry(status="rebuild", reason=damaged[0], changes=damaged,
+                         published_digest=published.digest or None, **common)
     if published.build_key == cell.build_key:
         if published.gate_key == cell.gate_key:
             return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
@@ -211,7 +221,7 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
 
 def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registry_state: str,
                  manifests: Mapping[str, str] | None = None, *, max_shards: int | None = None,
-                 max_cells_per_shard: int = 0) -> Plan:
+                 max_cells_per_shard: int = 0, registry_note: str = "") -> Plan:
     entries = [_entry(cell, published.get(cell.address)) for cell in graph.cells]
     changed = {e.address for e in entries if e.status in CHANGED}
     shards = make_shards(graph.cells, only_changed=changed, max_shards=max_shards,
@@ -219,7 +229,7 @@ def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registr
     shard_of = {a: s.id for s in shards for a in s.addresses}
     entries = [PlanEntry(**{**e.__dict__, "shard": shard_of.get(e.address)}) for e in entries]
     return Plan(entries=tuple(entries), shards=shards, registry_state=registry_state,
-                manifests=dict(manifests or {}), models=model_digests(graph))
+                manifests=dict(manifests or {}), models=model_digests(graph), registry_note=registry_note)
 
 
 def model_digests(graph: BuildGraph) -> dict[str, str]:
@@ -243,7 +253,8 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
                              toolchain=ResolvedToolchain.from_json(s.get("toolchain")),
                              cache_key=str(s.get("cache_key", ""))) for s in data["shards"])
         return Plan(entries=entries, shards=shards, registry_state=data["registry_state"],
-                    manifests=dict(data.get("manifests", {})), models=dict(data.get("models", {})))
+                    manifests=dict(data.get("manifests", {})), models=dict(data.get("models", {})),
+                    registry_note=str(data.get("registry_note") or ""))
     except (KeyError, TypeError) as e:
         raise PlanError(f"plan file is malformed: missing {e}",
                         hint="re-create it with `orchestrate plan --out`") from e

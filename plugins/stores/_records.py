@@ -15,14 +15,17 @@ the record of the same build key that holds them (:func:`inherited`), so every r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles
 from orchestrator.core.keys import record_key
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, InvalidMetadataError, StoreError
+from orchestrator.metadata import validate_metadata
 
 _BAD_NAME_CHARS = frozenset("/\\\0")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def record_id(meta: Mapping[str, Any]) -> str:
@@ -132,3 +135,35 @@ def find_attachment(meta: Mapping[str, Any], name: str, where: str) -> dict[str,
         f"(it has: {have})",
         hint="`orchestrate show ADDRESS` lists a record's attachments; caches a build did not attach are computed "
              "again where needed")
+
+
+def normalize_digest(digest: str) -> str:
+    text = digest.strip().lower()
+    if _HEX.match(text):
+        text = "sha256:" + text
+    algo, _, hexpart = text.partition(":")
+    if algo != "sha256" or not _HEX.match(hexpart):
+        raise StoreError(f"not a sha256 digest: {digest!r}", hint="digests look like sha256:<64 hex digits>")
+    return text
+
+
+def record_problem(meta: object, key: str, *, full: bool) -> str | None:
+    """Why parsed record JSON is not the record ``key`` (its record key; the build key of a record from before
+    record keys) (``full``: check the whole schema), or None."""
+    if not isinstance(meta, dict):
+        return f"holds a JSON {type(meta).__name__}, not a record"
+    if "record_key" in meta:
+        if meta["record_key"] != key:
+            return f"names record key {str(meta['record_key'])[:64]!r}, not its own {key}"
+        problem = record_key_problem(meta)
+        if problem:
+            return problem
+    elif meta.get("build_key") != key:
+        return f"names build key {str(meta.get('build_key'))[:64]!r}, not its own {key}"
+    if full:
+        try:
+            validate_metadata(meta)
+        except StoreError as e:
+            first = e.message.splitlines()
+            return "fails the artifact-v1 schema: " + (first[1].strip() if len(first) > 1 else first[0])
+    return None

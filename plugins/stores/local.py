@@ -4,8 +4,9 @@ Layout under ``RegistryConfig.path``::
 
     blobs/sha256/<hex>       content-addressed engines, build logs, extra files and caches (attachments)
     meta/<record_key>.json   one metadata JSON per record (with its attachments' names, roles and digests)
-    index.json               the planner's view, loaded with one json.load (see _empty_index for its shape)
+    index.json               the planner's view, loaded with one json.load (``_local_index``)
     .index.lock              the filelock serializing index updates
+    quarantine/              damaged records (and corrupt blobs) moved aside, each with why (``_local_check``)
 
 Identity. A record is one engine (build key) with one set of gate verdicts (gate key), named by its record key
 (``metadata["record_key"]``, ``core.keys.record_key``). Records published before record keys have none: their
@@ -20,50 +21,60 @@ name the same record keys and repairs the index from the records when they do no
 record and the index must not hide the artifact for good); ``rebuild_index()`` recreates it outright.
 
 Each index record holds the sha256 of its metadata file as written; reading a record checks it, so metadata
-edited after publishing (say, another engine's digest) is an ``IntegrityError``, never a wrong engine.
+edited after publishing (say, another engine's digest) is never served as a wrong engine.
 
-Damage. An ``index.json`` that is not JSON or not the index's shape is rebuilt from the records (keeping the record
-digests it still holds), and written back when the store is writable (a read-only store is read through the
-repaired copy in memory). A record that is not JSON, not an object, fails the artifact-v1 schema, names another
-record key than its file's, or a record key that is not its build key's and gate key's, is an ``IntegrityError``
-naming its file, with the fix (restore it, or remove it and publish again): never a traceback, never a silently
-missing artifact. Only ``meta/<64 hex>.json`` files are records.
+Damage stays with its record. A record that is not JSON, not an object, fails the artifact-v1 schema, names
+another record key than its file's (or a record key that is not its build key's and gate key's), changed since it
+was published, or whose engine blob is gone is *damaged*: ``records()`` leaves it out and ``damaged()`` lists it
+(a ``DamagedRecord`` naming its file and what is wrong), the index marks its address (``IndexEntry.damage``) so
+the plan asks for it again, and every other record reads as before. Only ``get`` of that very engine, when no
+sound record of it is left, is an ``IntegrityError`` naming the file, with the fix. ``check()`` also hashes every
+blob; ``quarantine()`` moves damaged records aside; a publish of a damaged record's key moves it aside and writes
+it anew. An ``index.json`` that is not JSON or not the index's shape is rebuilt from the records (keeping the
+record digests it still holds), and written back when the store is writable (a read-only store is read through the
+repaired copy in memory). Only ``meta/<64 hex>.json`` files are records.
+
+Where it is. ``index()`` and ``records()`` read a missing directory as an empty store (a first plan before any
+publish is normal; the index's ``note`` says so), ``put`` creates it, and readers that need a store (``ls``,
+``show``, ``pull``, ``retention``) call ``require_existing()``: a ``StoreError`` naming the path.
 
 Temp files. A publish killed mid-copy leaves ``blobs/sha256/.incoming.<pid>.<host>.<random>.tmp``; every publish
-and read removes the temp files of dead writers on this host and any temp file untouched for
-``stale_temp_s`` (an hour) in ``blobs/sha256``, ``meta/`` and the root (``_atomic.remove_stale_temps``).
-Writing the engine (or an attachment) on ``get`` (``get_attachment``), or a blob on ``put``, onto a full,
-read-only or forbidden filesystem is a ``StoreError`` naming the destination; no partial or temp file stays behind.
+and read removes the temp files of dead writers on this host and any untouched for ``stale_temp_s`` (an hour)
+(``_atomic.remove_stale_temps``). Writing onto a full, read-only or forbidden filesystem (``get``, a blob on
+``put``) is a ``StoreError`` naming the destination; no partial or temp file stays behind.
 
 Attachments. ``ArtifactFiles.attachments`` (calibration and timing caches) are stored as blobs like the log and
 the extra files, listed in ``meta["attachments"]`` with their role and name; ``get_attachment(record, name,
 dest)`` writes one back, sha256-verified, atomically. A re-gated record that names caches it was not handed takes
 the entries of an earlier record of its build key (``_records.inherited``).
 
-Immutability: a record (one record key) is written once and never modified or overwritten; re-publishing the same
-record key returns the stored record unchanged. One (address, model version) pair may hold several build keys
-over time (a newer builder patch, a changed option, a salt) and one build key several gate keys, each its own
-immutable record. ``latest`` per address is the newest publish for it; a model's ``latest`` version alias is the
-version most recently published *for the first time*, so rebuilding an older version does not move it back.
-``delete`` (retention only) removes every record of the engines it is given, then every blob no remaining record
-references (caches included).
+Immutability: a record (one record key) is written once, never modified or overwritten (a damaged one is moved
+aside); re-publishing a record key returns the stored record. An (address, model version) may hold several build
+keys over time and a build key several gate keys, each its own record. ``latest`` per address is its newest
+publish; a model's ``latest`` version is the one most recently published *for the first time*. ``delete``
+(retention only) removes every record of the engines it is given, then every blob no record references.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles, IndexEntry, StoredArtifact
+from orchestrator.contracts.store import (
+    CACHE_ROLES,
+    ArtifactFiles,
+    DamagedRecord,
+    Quarantined,
+    StoredArtifact,
+)
 from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError
-from orchestrator.metadata import index_entry, utc_now, validate_metadata
+from orchestrator.metadata import utc_now, validate_metadata
+from trt_orchestrator_plugins.stores import _local_check
 from trt_orchestrator_plugins.stores._atomic import (
     STALE_TEMP_S,
     DestinationError,
@@ -73,6 +84,18 @@ from trt_orchestrator_plugins.stores._atomic import (
     stage_copy,
     write_error,
 )
+from trt_orchestrator_plugins.stores._local_index import (
+    HEX,
+    RECORD_NAME,
+    LocalIndex,
+    add_to_index,
+    damaged_entry,
+    empty_index,
+    indexed_keys,
+    parse_index,
+    salvage,
+    sha256_of,
+)
 from trt_orchestrator_plugins.stores._records import (
     cache_mismatch,
     cache_names,
@@ -80,198 +103,15 @@ from trt_orchestrator_plugins.stores._records import (
     check_record_key,
     expected_cache_digests,
     find_attachment,
-    gate_key_of,
     inherited,
+    normalize_digest,
     record_id,
-    record_key_problem,
+    record_problem,
 )
 
-INDEX_FORMAT = 1
 LOCK_TIMEOUT_S = 300.0
-_HEX = re.compile(r"^[0-9a-f]{64}$")
-_RECORD_NAME = re.compile(r"^[0-9a-f]{64}\.json$")
-
-
-def normalize_digest(digest: str) -> str:
-    text = digest.strip().lower()
-    if _HEX.match(text):
-        text = "sha256:" + text
-    algo, _, hexpart = text.partition(":")
-    if algo != "sha256" or not _HEX.match(hexpart):
-        raise StoreError(f"not a sha256 digest: {digest!r}", hint="digests look like sha256:<64 hex digits>")
-    return text
-
-
-def _sha256(raw: bytes) -> str:
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
-
-
-def _empty_index() -> dict:
-    return {
-        "format_version": INDEX_FORMAT,
-        "seq": 0,
-        # record key -> small record (no key_inputs: those live in meta/ and in "latest"). An index written before
-        # record keys is keyed by build keys: the same thing for those records (see the module docstring).
-        "artifacts": {},
-        # address -> the newest publish for it, with everything IndexEntry needs (key_inputs, gate key included)
-        "latest": {},
-        # model -> {"latest": version, "versions": {version: {"first_seq": n, "build_keys": [...]}}}; the list
-        # holds record keys (its name is the format's from before record keys: for those records the two are one)
-        "models": {},
-    }
-
-
-def _record(meta: dict, seq: int, meta_digest: str | None) -> dict:
-    return {
-        "meta_digest": meta_digest,
-        "build_key": meta["build_key"],
-        "gate_key": gate_key_of(meta),
-        "address": meta["address"],
-        "model": meta["model"]["name"],
-        "version": meta["model"]["version"],
-        "digest": meta["engine"]["digest"],
-        "size": meta["engine"]["size"],
-        "published_at": meta["published_at"],
-        "seq": seq,
-        "precision": meta["precision"],
-        "profile_set": meta["profile_set"],
-        "target": meta["target"]["name"],
-        "builder": meta["builder"]["name"],
-        "builder_version": meta["builder"]["version"],
-        "gate_status": meta["gates"]["status"],
-        "blobs": sorted({meta["engine"]["digest"]} | {a["digest"] for a in meta.get("attachments", ())}),
-    }
-
-
-def _latest_entry(meta: dict, seq: int) -> dict:
-    e = index_entry(meta)
-    return {"address": e.address, "build_key": e.build_key, "key_inputs": e.key_inputs, "model": e.model,
-            "version": e.version, "digest": e.digest, "published_at": e.published_at, "seq": seq,
-            "record_key": record_id(meta), "gate_key": e.gate_key, "gate_inputs": e.gate_inputs}
-
-
-def _add_to_index(index: dict, meta: dict, meta_digest: str | None) -> None:
-    index["seq"] += 1
-    seq = index["seq"]
-    bk = record_id(meta)
-    index["artifacts"][bk] = _record(meta, seq, meta_digest)
-    index["latest"][meta["address"]] = _latest_entry(meta, seq)
-    model = index["models"].setdefault(meta["model"]["name"], {"latest": None, "versions": {}})
-    version = meta["model"]["version"]
-    if version not in model["versions"]:
-        model["versions"][version] = {"first_seq": seq, "build_keys": []}
-        model["latest"] = version
-    model["versions"][version]["build_keys"].append(bk)
-
-
-def _is(value: object, kind: type | tuple[type, ...]) -> bool:
-    return isinstance(value, kind) and not isinstance(value, bool)
-
-
-_RECORD_FIELDS = {"address": str, "model": str, "version": str, "digest": str, "seq": int, "blobs": list}
-_LATEST_FIELDS = {"address": str, "build_key": str, "key_inputs": dict, "model": str, "version": str,
-                  "digest": str, "published_at": str}
-# written since record keys; an index from before has none of them (read as: no gate key, identity = build key)
-_OPTIONAL_FIELDS = {"build_key": str, "gate_key": str, "record_key": str, "gate_inputs": dict}
-
-
-def _optional_ok(entry: dict) -> bool:
-    return all(_is(entry[k], t) for k, t in _OPTIONAL_FIELDS.items() if k in entry)
-
-
-def _index_shape_ok(data: object) -> bool:
-    """Whether parsed index.json has every field this module reads, with its type (else it is rebuilt)."""
-    if not (isinstance(data, dict) and data.get("format_version") == INDEX_FORMAT and _is(data.get("seq"), int)):
-        return False
-    artifacts, latest, models = data.get("artifacts"), data.get("latest"), data.get("models")
-    if not (isinstance(artifacts, dict) and isinstance(latest, dict) and isinstance(models, dict)):
-        return False
-    for bk, rec in artifacts.items():
-        if not (_HEX.match(bk) and isinstance(rec, dict)
-                and all(_is(rec.get(k), t) for k, t in _RECORD_FIELDS.items()) and _optional_ok(rec)
-                and (rec.get("meta_digest") is None or isinstance(rec.get("meta_digest"), str))):
-            return False
-    for e in latest.values():
-        if not (isinstance(e, dict) and all(_is(e.get(k), t) for k, t in _LATEST_FIELDS.items())
-                and _optional_ok(e)):
-            return False
-    for m in models.values():
-        if not (isinstance(m, dict) and isinstance(m.get("versions"), dict)
-                and all(isinstance(v, dict) and isinstance(v.get("build_keys"), list) and _is(v.get("first_seq"), int)
-                        for v in m["versions"].values())):
-            return False
-    return True
-
-
-def _parse_index(raw: bytes | None) -> dict | None:
-    """index.json parsed and shape-checked; None when missing or damaged."""
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:  # includes UnicodeDecodeError
-        return None
-    return data if _index_shape_ok(data) else None
-
-
-def _salvage(raw: bytes | None) -> dict:
-    """What a damaged index still says about record digests: {"artifacts": {record key: {"meta_digest": ...}}}."""
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        data = None
-    artifacts = data.get("artifacts") if isinstance(data, dict) else None
-    kept = {bk: {"meta_digest": rec["meta_digest"]} for bk, rec in (artifacts or {}).items()
-            if isinstance(rec, dict) and isinstance(rec.get("meta_digest"), str)} if isinstance(artifacts, dict) else {}
-    return {"artifacts": kept}
-
-
-def _record_problem(meta: object, key: str, *, full: bool) -> str | None:
-    """Why parsed record JSON is not the record ``key`` (its record key; the build key of a record from before
-    record keys) (``full``: check the whole schema), or None."""
-    if not isinstance(meta, dict):
-        return f"holds a JSON {type(meta).__name__}, not a record"
-    if "record_key" in meta:
-        if meta["record_key"] != key:
-            return f"names record key {str(meta['record_key'])[:64]!r}, not its own {key}"
-        problem = record_key_problem(meta)
-        if problem:
-            return problem
-    elif meta.get("build_key") != key:
-        return f"names build key {str(meta.get('build_key'))[:64]!r}, not its own {key}"
-    if full:
-        try:
-            validate_metadata(meta)
-        except StoreError as e:
-            first = e.message.splitlines()
-            return "fails the artifact-v1 schema: " + (first[1].strip() if len(first) > 1 else first[0])
-    return None
-
-
-class LocalIndex:
-    """IndexReader over one snapshot of index.json (bytes read once; the token is their sha256)."""
-
-    def __init__(self, raw: bytes | None, data: dict | None = None) -> None:
-        if data is None:
-            data = _parse_index(raw) if raw else None
-        self._data = data if data is not None else _empty_index()
-        self._token = ("sha256:" + hashlib.sha256(raw).hexdigest()) if raw else "empty"
-
-    @property
-    def data(self) -> dict:
-        return self._data
-
-    def latest_by_address(self) -> dict[str, IndexEntry]:
-        """The newest publish per address (several records may share a build key: the newest one wins)."""
-        return {addr: IndexEntry(address=e["address"], build_key=e["build_key"], key_inputs=e["key_inputs"],
-                                 model=e["model"], version=e["version"], digest=e["digest"],
-                                 published_at=e["published_at"], gate_key=e.get("gate_key", ""),
-                                 gate_inputs=dict(e.get("gate_inputs") or {}),
-                                 record_key=e.get("record_key") or e["build_key"])
-                for addr, e in self._data["latest"].items()}
-
-    def state_token(self) -> str:
-        return self._token
+REPAIR_HINT = ("restore it from a backup, or publish that artifact again (`orchestrate publish` moves the damaged "
+               "record aside); `orchestrate store check --quarantine` moves every damaged record aside")
 
 
 class LocalStore:
@@ -289,6 +129,7 @@ class LocalStore:
         self.meta_dir = self.root / "meta"
         self.index_path = self.root / "index.json"
         self.lock_path = self.root / ".index.lock"
+        self.quarantine_dir = self.root / "quarantine"
         self.stale_temp_s = STALE_TEMP_S
 
     # ---- paths -------------------------------------------------------------------------------------------
@@ -297,21 +138,25 @@ class LocalStore:
 
     def _meta_path(self, key: str) -> Path:
         """The record file of a record key (of a build key, for records from before record keys)."""
-        if not _HEX.match(key):
+        if not HEX.match(key):
             raise StoreError(f"a record key must be 64 lowercase hex digits, got {key!r}",
                              hint="record keys come from orchestrator.core.keys.record_key")
         return self.meta_dir / f"{key}.json"
 
-    def _sweep(self) -> None:
-        """Remove temp files killed writers left (see the module docstring). Never creates anything."""
+    def require_existing(self) -> None:
+        """A ``StoreError`` naming the path when it is not a directory (a reader needs a store to read)."""
+        if self.root.is_dir():
+            return
+        if self.root.exists():
+            raise StoreError(f"the local store path {self.root} is not a directory",
+                             hint="point --registry (or the manifest's registry.path) at the store's directory")
+        raise StoreError(f"the local store {self.root} does not exist",
+                         hint="check --registry (or the manifest's registry.path) for a typo; `orchestrate "
+                              "publish` creates the store with its first artifact")
+
+    def _sweep(self) -> None:  # temp files killed writers left (see the module docstring); creates nothing
         for directory in (self.blobs, self.meta_dir, self.root):
             remove_stale_temps(directory, max_age_s=self.stale_temp_s)
-
-    def _damaged(self, path: Path, problem: str) -> IntegrityError:
-        return IntegrityError(
-            f"the record {path} is damaged ({problem})",
-            hint=f"restore it from a backup, or remove {path} and publish that artifact again "
-                 "(`orchestrate publish`); the index is rebuilt from the remaining records")
 
     def _lock(self):
         from filelock import FileLock
@@ -370,7 +215,10 @@ class LocalStore:
         key = record_id(meta)
         meta_path = self._meta_path(key)
         if meta_path.exists():  # idempotent fast path: no blob written for an already-published record key
-            return self._stored(self._read_meta(key, self.index().data))
+            found, damage = self._inspect(key, self.index().data, engine=True)
+            if damage is None and found is not None:
+                return self._stored(found)
+            # damaged (its engine gone included): published again below, the damaged record moved aside
 
         # Blobs before the lock (slow, parallel across publishers); the index is written last.
         address = meta["address"]
@@ -391,9 +239,13 @@ class LocalStore:
         attachments += self._inherited(meta, attachments)
 
         with self._lock():
-            if meta_path.exists():  # another publisher won the race for this record key
-                return self._stored(self._read_meta(key, self._load_index_locked()))
             index = self._load_index_locked()
+            if meta_path.exists():  # another publisher won the race for this record key, or it is damaged
+                found, damage = self._inspect(key, index, engine=True)
+                if damage is None and found is not None:
+                    return self._stored(found)
+                if damage is not None:
+                    _local_check.move_aside(self, damage)
             # a retention run may have removed a blob this publish found already stored (and so did not copy):
             # store it again, or drop an inherited cache whose every record went meanwhile
             for d, path in sources.items():
@@ -405,13 +257,13 @@ class LocalStore:
             if attachments:
                 meta["attachments"] = attachments
             raw = atomic_write_json(meta_path, meta, indent=1)
-            _add_to_index(index, meta, _sha256(raw))
+            add_to_index(index, meta, sha256_of(raw))
             atomic_write_json(self.index_path, index)
         return self._stored(meta)
 
     def _inherited(self, meta: dict, have: list[dict]) -> list[dict]:
-        """Cache entries ``meta["caches"]`` names that this publish does not carry, from the newest other record
-        of the same build key that holds them (a re-gated engine: its caches are in the store already)."""
+        """Cache entries ``meta["caches"]`` names that this publish does not carry, from the newest other sound
+        record of the same build key (a re-gated engine: its caches are in the store already)."""
         names = {a["name"] for a in have}
         if all(n in names for n in cache_names(meta)):
             return []
@@ -419,7 +271,8 @@ class LocalStore:
         bk = meta["build_key"]
         siblings = sorted(((rec["seq"], k) for k, rec in index["artifacts"].items()
                            if rec.get("build_key", k) == bk and k != record_id(meta)), reverse=True)
-        return inherited(meta, have, (self._read_meta(k, index).get("attachments") or [] for _, k in siblings))
+        sound = (self._inspect(k, index)[0] for _, k in siblings)
+        return inherited(meta, have, ((m.get("attachments") or []) for m in sound if m is not None))
 
     # ---- read --------------------------------------------------------------------------------------------
     def _load_record(self, path: Path, key: str, *, full: bool) -> tuple[bytes, dict | None, str | None]:
@@ -433,31 +286,83 @@ class LocalStore:
         except OSError as e:
             raise StoreError(f"cannot read the record {path}: {e.strerror or e}",
                              hint="check the store directory's permissions and disk") from None
-        try:
-            meta = json.loads(raw)
-        except ValueError as e:  # includes UnicodeDecodeError
+        try:  # decoded as UTF-8 first: json.loads would guess UTF-16 from a leading NUL and say something odd
+            meta = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return raw, None, f"not JSON: not UTF-8 text (byte {e.start})"
+        except ValueError as e:
             reason = "it is empty" if not raw.strip() else f"not JSON: {str(e).splitlines()[0]}"
             return raw, None, reason
-        return raw, meta, _record_problem(meta, key, full=full)
+        return raw, meta, record_problem(meta, key, full=full)
+
+    def _judge(self, key: str, recorded: str | None) -> tuple[bytes | None, dict | None, tuple[str, str] | None]:
+        """(bytes, record, None) for a sound record file, else (bytes or None, None, (kind, problem)). Its bytes
+        must hash to ``recorded`` (the digest the index holds) when there is one, else pass the whole schema."""
+        path = self._meta_path(key)
+        try:
+            raw, meta, problem = self._load_record(path, key, full=recorded is None)
+        except ArtifactNotFoundError:
+            return None, None, ("unreadable", "its file is missing")
+        except StoreError as e:
+            return None, None, ("unreadable", e.message.split(": ", 1)[-1])
+        changed = None
+        if recorded is not None and sha256_of(raw) != recorded:
+            changed = f"changed after it was published (now {sha256_of(raw)[:19]}, published as {recorded[:19]})"
+        if problem is not None or meta is None:
+            return raw, None, ("unreadable" if meta is None else "invalid",
+                               (problem or "unreadable") + (f"; it {changed}" if changed else ""))
+        if changed:
+            return raw, None, ("changed", changed)
+        return raw, meta, None
+
+    def _damaged_record(self, key: str, kind: str, problem: str, known: dict | None, blob: str = "") -> DamagedRecord:
+        k = known or {}
+        return DamagedRecord(key=key, location=str(self._meta_path(key)), kind=kind,  # type: ignore[arg-type]
+                             problem=problem, address=str(k.get("address") or ""), model=str(k.get("model") or ""),
+                             version=str(k.get("version") or ""), build_key=str(k.get("build_key") or ""),
+                             digest=str(k.get("digest") or ""), published_at=str(k.get("published_at") or ""),
+                             blob=blob)
+
+    def _inspect(self, key: str, index: dict, *, engine: bool = False) -> tuple[dict | None, DamagedRecord | None]:
+        """The record of record key ``key`` (checked against the digest the index holds for it; ``engine``: and
+        its engine blob there), or what is wrong with it. Reads judge the metadata only: a missing engine is
+        found where it is needed (``get``), by the plan and by ``check``."""
+        known = index["artifacts"].get(key) or index["damaged"].get(key)
+        _, meta, problem = self._judge(key, (known or {}).get("meta_digest"))
+        if problem is not None or meta is None:
+            kind, text = problem or ("unreadable", "unreadable")
+            return None, self._damaged_record(key, kind, text, known)
+        digest = str(meta["engine"]["digest"])
+        if engine and not self.blob_path(digest).is_file():
+            return None, self._damaged_record(key, "engine-missing", f"its engine blob {digest} is missing from "
+                                              f"{self.blobs}", {**(known or {}), "digest": digest}, blob=digest)
+        return meta, None
+
+    def _verify(self, key: str, recorded: str | None, engine: str) -> tuple[str, str] | None:
+        """For ``LocalIndex``: what is wrong with the newest record of an address (None: sound)."""
+        _, meta, problem = self._judge(key, recorded)
+        if problem is not None:
+            return problem
+        if not self.blob_path(engine).is_file():
+            return "engine-missing", f"its engine blob {engine} is missing from {self.blobs}"
+        return None
+
+    def damage_error(self, d: DamagedRecord) -> IntegrityError:
+        """The error a read of damaged record ``d`` raises (when no sound record can stand in for it)."""
+        if d.kind == "engine-missing":
+            return IntegrityError(f"{d.address or d.location}: engine blob {d.blob} is missing from {self.blobs}",
+                                  hint="the store was damaged; republish this artifact")
+        if d.kind == "changed":
+            return IntegrityError(f"the record {d.location} {d.problem}",
+                                  hint=f"never edit a published record; {REPAIR_HINT}")
+        return IntegrityError(f"the record {d.location} is damaged ({d.problem})", hint=REPAIR_HINT)
 
     def _read_meta(self, key: str, index: dict) -> dict:
-        """The record of record key ``key``, checked against the digest the index holds for it."""
-        path = self._meta_path(key)
-        recorded = (index["artifacts"].get(key) or {}).get("meta_digest")
-        raw, meta, problem = self._load_record(path, key, full=recorded is None)
-        if recorded is not None and _sha256(raw) != recorded:
-            if problem is not None or meta is None:
-                raise self._damaged(path, problem or "unreadable")
-            raise self._changed(path, raw, recorded)
-        if problem is not None or meta is None:
-            raise self._damaged(path, problem or "unreadable")
+        """The record of record key ``key``, or the ``IntegrityError`` saying what is wrong with it."""
+        meta, damage = self._inspect(key, index)
+        if damage is not None or meta is None:
+            raise self.damage_error(damage) if damage is not None else ArtifactNotFoundError(key)
         return meta
-
-    def _changed(self, path: Path, raw: bytes, recorded: str, problem: str | None = None) -> IntegrityError:
-        return IntegrityError(
-            f"the record {path} changed after it was published (now {_sha256(raw)[:19]}, published as "
-            f"{recorded[:19]})" + (f" and {problem}" if problem else ""),
-            hint=f"never edit a published record; restore it, or remove {path} and publish that artifact again")
 
     def _stored(self, meta: dict) -> StoredArtifact:
         return StoredArtifact(digest=meta["engine"]["digest"], metadata=meta,
@@ -474,20 +379,34 @@ class LocalStore:
             raise StoreError(f"cannot read the index {self.index_path}: {e.strerror or e}",
                              hint="check the store directory's permissions and disk") from None
 
+    def _consistent(self, index: dict) -> bool:
+        """The index names the records on disk, and every record it holds as damaged is still the bytes it saw
+        (one restored from a backup is indexed again)."""
+        if indexed_keys(index) != self._recorded_keys():
+            return False
+        for key, d in index["damaged"].items():
+            try:
+                raw = self._meta_path(key).read_bytes()
+            except OSError:
+                raw = None
+            if (sha256_of(raw) if raw is not None else None) != d.get("seen_digest"):
+                return False
+        return True
+
     def _load_index_locked(self) -> dict:
         raw = self._read_index_bytes()
         if raw is None:
-            return self._rebuild() if self.meta_dir.is_dir() else _empty_index()
-        index = _parse_index(raw)
+            return self._rebuild() if self.meta_dir.is_dir() else empty_index()
+        index = parse_index(raw)
         if index is None:  # damaged: rebuilt from the records, keeping the record digests it still holds
-            return self._rebuild(_salvage(raw))
-        if self._recorded_keys() != set(index["artifacts"]):
+            return self._rebuild(salvage(raw))
+        if not self._consistent(index):
             index = self._rebuild(index)
         return index
 
     def _recorded_keys(self) -> set[str]:
         try:
-            return {name[:-5] for name in os.listdir(self.meta_dir) if _RECORD_NAME.match(name)}
+            return {name[:-5] for name in os.listdir(self.meta_dir) if RECORD_NAME.match(name)}
         except FileNotFoundError:
             return set()
         except OSError as e:
@@ -496,33 +415,50 @@ class LocalStore:
 
     def index(self) -> LocalIndex:
         """The index as written, or repaired from the records when the two disagree or it is damaged (then
-        written back; a store we may not write is read through the repaired copy)."""
+        written back; a store we may not write is read through the repaired copy). A directory that does not
+        exist is an empty index whose ``note`` says so."""
+        if not self.root.exists():
+            return LocalIndex(None, note=f"the local store {self.root} does not exist yet: it is created by the "
+                                         "first `orchestrate publish`")
+        if not self.root.is_dir():
+            self.require_existing()
         raw = self._read_index_bytes()
         if raw is None and not self.meta_dir.is_dir():
-            return LocalIndex(None)  # no store yet: reading never creates one
-        current = _parse_index(raw)
-        if current is not None and set(current["artifacts"]) == self._recorded_keys():
-            return LocalIndex(raw, current)
+            return LocalIndex(None, verify=self._verify)  # no record yet: reading never creates anything
+        current = parse_index(raw)
+        if current is not None and self._consistent(current):
+            return LocalIndex(raw, current, verify=self._verify)
         try:
             with self._lock():
                 index = self._load_index_locked()
                 raw = atomic_write_json(self.index_path, index)
         except (OSError, DestinationError):  # read-only store, or the lock cannot be taken: repair in memory
-            index = self._rebuild(current if current is not None else _salvage(raw))
+            index = self._rebuild(current if current is not None else salvage(raw))
             raw = json.dumps(index, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        return LocalIndex(raw, index)
+        return LocalIndex(raw, index, verify=self._verify)
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
+        """The engine of the newest sound record with this engine digest (a re-gated engine has several)."""
         digest = normalize_digest(digest)
         self._sweep()
         index = self.index().data
-        matches = [(rec["seq"], bk) for bk, rec in index["artifacts"].items() if rec["digest"] == digest]
+        matches = sorted(((rec["seq"], key) for key, rec in index["artifacts"].items() if rec["digest"] == digest),
+                         reverse=True)
         if not matches:
+            for key, d in index["damaged"].items():  # known only as damaged: say so, not "no such artifact"
+                if d.get("digest") == digest:
+                    raise self.damage_error(self._damaged_record(key, d["kind"], d["problem"], d))
             raise ArtifactNotFoundError(f"no artifact with engine digest {digest} in {self.root}",
                                         hint="`orchestrate plan` lists what is published")
-        meta = self._read_meta(max(matches)[1], index)
-        self._copy_verified(digest, Path(dest), meta["address"])
-        return self._stored(meta)
+        first: DamagedRecord | None = None
+        for _, key in matches:
+            meta, damage = self._inspect(key, index)
+            if meta is not None:
+                self._copy_verified(digest, Path(dest), meta["address"])
+                return self._stored(meta)
+            first = first or damage
+        assert first is not None
+        raise self.damage_error(first)
 
     def get_attachment(self, record: StoredArtifact, name: str, dest: Path) -> Path:
         """Write the attachment ``name`` of ``record`` (a calibration or timing cache, a log) to ``dest``
@@ -560,54 +496,84 @@ class LocalStore:
             raise IntegrityError(
                 f"{address}: {what} {digest} failed its integrity check (stored bytes hash to {actual}); "
                 f"{dest} was not written",
-                hint=f"the blob {src} is corrupt; delete it with the retention command and republish")
+                hint=f"the blob {src} is corrupt; `orchestrate store check --quarantine` moves its records aside, "
+                     "then republish them")
         try:
             commit(tmp, dest)
         except DestinationError as e:
             raise write_error(f"the {what} of {address}", e) from None
 
-    def records(self, model: str | None = None) -> list[StoredArtifact]:
-        """Newest first (publish order); only ``model``'s when given."""
+    def scan(self, model: str | None = None) -> tuple[list[StoredArtifact], list[DamagedRecord]]:
+        """(sound records newest first, damaged records), of ``model`` only when given."""
         self._sweep()
         index = self.index().data
-        hits = sorted(((rec["seq"], bk) for bk, rec in index["artifacts"].items()
+        hits = sorted(((rec["seq"], key) for key, rec in index["artifacts"].items()
                        if model is None or rec["model"] == model), reverse=True)
-        return [self._stored(self._read_meta(bk, index)) for _, bk in hits]
+        sound: list[StoredArtifact] = []
+        damaged: list[DamagedRecord] = []
+        for _, key in hits:
+            meta, damage = self._inspect(key, index)
+            if meta is not None:
+                sound.append(self._stored(meta))
+            elif damage is not None:
+                damaged.append(damage)
+        for key, d in sorted(index["damaged"].items()):
+            if model is None or d.get("model") == model:
+                damaged.append(self._damaged_record(key, d["kind"], d["problem"], d))
+        return sound, damaged
+
+    def records(self, model: str | None = None) -> list[StoredArtifact]:
+        """Newest first (publish order); only ``model``'s when given; damaged records left out (``damaged``)."""
+        return self.scan(model)[0]
+
+    def damaged(self, model: str | None = None) -> list[DamagedRecord]:
+        """The records ``records(model)`` leaves out, each with its file and what is wrong with it."""
+        return self.scan(model)[1]
+
+    def check(self, *, verify_blobs: bool = True) -> list[DamagedRecord]:
+        """Every damaged record: ``damaged()``, plus attachments missing and (``verify_blobs``) blobs whose bytes
+        no longer hash to their name."""
+        self.require_existing()
+        return _local_check.check(self, verify_blobs=verify_blobs)
+
+    def quarantine(self, records: Iterable[DamagedRecord]) -> list[Quarantined]:
+        """Move these records (and corrupt blobs) into ``quarantine/``, each with a note of why; re-checked first,
+        so a record repaired meanwhile stays. The index is rebuilt from what remains."""
+        self.require_existing()
+        return _local_check.quarantine(self, list(records))
 
     # ---- maintenance -------------------------------------------------------------------------------------
     def _rebuild(self, previous: dict | None = None) -> dict:
         """The index from meta/ (the source of truth). Digests the previous index recorded are kept, so a
-        record edited after publishing still fails its check; records it never listed are taken as found."""
+        record edited after publishing is still found changed; records it never listed are taken as found.
+        Records that cannot be indexed are kept under ``damaged`` with what the previous index knew of them."""
         known = (previous or {}).get("artifacts", {})
+        known_damaged = (previous or {}).get("damaged") or {}
         metas = []
+        damaged: dict[str, dict] = {}
         for key in sorted(self._recorded_keys()):
-            path = self._meta_path(key)
-            recorded = (known.get(key) or {}).get("meta_digest")
-            try:
-                raw, meta, problem = self._load_record(path, key, full=recorded is None)
-            except ArtifactNotFoundError:
+            prev = known.get(key) or known_damaged.get(key)
+            recorded = (prev or {}).get("meta_digest")
+            raw, meta, problem = self._judge(key, recorded)
+            if problem is not None and problem[1] == "its file is missing":
                 continue  # removed meanwhile
             if problem is not None or meta is None:
-                raise self._damaged(path, problem or "unreadable")
-            if recorded is not None and _sha256(raw) != recorded:
-                # edited after publishing: indexed as it is when it can be (its read then fails the digest
-                # check), refused here when it cannot
-                try:
-                    _add_to_index(_empty_index(), meta, recorded)
-                except (KeyError, TypeError, AttributeError, ValueError) as e:
-                    raise self._changed(path, raw, recorded, f"can no longer be indexed ({type(e).__name__}: "
-                                                             f"{e})") from None
-            metas.append((meta, recorded or _sha256(raw)))
-        index = _empty_index()
+                kind, text = problem or ("unreadable", "unreadable")
+                damaged[key] = {**damaged_entry(kind, text, recorded, prev),
+                                "seen_digest": sha256_of(raw) if raw is not None else None}
+                continue
+            metas.append((meta, recorded or sha256_of(raw or b"")))
+        index = empty_index()
         for meta, meta_digest in sorted(metas, key=lambda m: (str(m[0].get("published_at", "")), record_id(m[0]))):
-            _add_to_index(index, meta, meta_digest)
+            add_to_index(index, meta, meta_digest)
+        index["damaged"] = damaged
         return index
 
     def rebuild_index(self) -> None:
         """Recreate index.json from meta/ (the source of truth), e.g. after it was lost."""
         with self._lock():
             raw = self._read_index_bytes()
-            previous = _parse_index(raw) or _salvage(raw)
+            previous = parse_index(raw) or salvage(raw)
             atomic_write_json(self.index_path, self._rebuild(previous))
 
     def delete(self, digests: Iterable[str]) -> int:
@@ -629,6 +595,7 @@ class LocalStore:
             index = self._rebuild(index)  # recomputes latest per address and per model from what remains
             atomic_write_json(self.index_path, index)
             still = {d for rec in index["artifacts"].values() for d in rec["blobs"]}
+            still |= {str(d["digest"]) for d in index["damaged"].values() if d.get("digest")}  # may be restored
             for d in freed - still:
                 self.blob_path(d).unlink(missing_ok=True)
         return len(doomed)

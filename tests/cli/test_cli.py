@@ -67,7 +67,7 @@ def test_help_lists_every_command(tmp_path):
     proc = run("--help", cwd=tmp_path)
     assert proc.returncode == 0
     for command in ("validate", "plan", "graph", "schema", "build", "gate", "publish", "ls", "show", "pull",
-                    "report", "ci", "doctor", "retention", "export"):
+                    "report", "ci", "doctor", "retention", "export", "store"):
         assert command in proc.stdout
 
 

@@ -8,8 +8,8 @@ the same port and storage; ``RegistryServer(..., users={"alice": "pw"})`` turns 
 for store tests (random bytes behind an ``ftrt``/``vtrt``-like header; the builders are tested elsewhere), and
 the hostile servers the store must survive: :class:`Blackhole` (accepts connections, never answers),
 :class:`StaticHttp` (a web server answering every request with one status), :class:`RegistryProxy` (a loopback
-proxy in front of a real registry that can refuse paths, e.g. ``/v2/_catalog`` as GHCR and Docker Hub do, and
-counts what it was asked).
+proxy in front of a real registry that can refuse paths, e.g. ``/v2/_catalog`` as GHCR and Docker Hub do, throttle
+its first requests (429/503, ``Retry-After``), and counts what it was asked and when).
 """
 
 from __future__ import annotations
@@ -260,10 +260,15 @@ class RegistryProxy(_Served):
     distribution error body, as a registry that does not serve them) and requests whose "METHOD path" contains
     one of ``hang`` (never answered, until the proxy stops); ``seen`` lists "METHOD path" asked."""
 
-    def __init__(self, upstream: str, refuse: tuple[str, ...] = ("/v2/_catalog",), hang: tuple[str, ...] = ()) -> None:
+    def __init__(self, upstream: str, refuse: tuple[str, ...] = ("/v2/_catalog",), hang: tuple[str, ...] = (),
+                 throttle: int = 0, throttle_status: int = 429, retry_after: str | None = None) -> None:
         self.upstream = upstream
         self.refuse = refuse
         self.hang = hang
+        self.throttle = throttle  # the first N requests are answered throttle_status (with Retry-After if given)
+        self.throttle_status = throttle_status
+        self.retry_after = retry_after
+        self.times: list[float] = []  # time.monotonic() of each request, in order
         self.seen: list[str] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -273,6 +278,22 @@ class RegistryProxy(_Served):
                 owner = self.server.owner
                 with owner._lock:
                     owner.seen.append(f"{self.command} {self.path}")
+                    owner.times.append(time.monotonic())
+                    throttled = owner.throttle > 0
+                    owner.throttle -= 1 if throttled else 0
+                if throttled:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    if length:
+                        self.rfile.read(length)
+                    raw = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}'
+                    self.send_response(owner.throttle_status)
+                    if owner.retry_after is not None:
+                        self.send_header("Retry-After", owner.retry_after)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                    return
                 if any(h in f"{self.command} {self.path}" for h in owner.hang):
                     owner._stopping.wait(600)  # accepted, read nothing, answer nothing
                     self.close_connection = True

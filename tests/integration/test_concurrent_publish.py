@@ -1,13 +1,16 @@
 """8 publisher processes with overlapping cells, to the local store and to a real registry: the index ends
-consistent, with every cell exactly once and nothing lost.
+consistent, with every cell exactly once and nothing lost. And 24 publishers of the same records, 4 rounds, to a
+real registry: no readable tag is left on a manifest that no ``bk-`` tag holds (issue 23.2).
 
-Run as a script, this module is one publisher: ``python test_concurrent_publish.py local|oci TARGET WORKER``.
+Run as a script, this module is one publisher: ``python test_concurrent_publish.py local|oci TARGET WORKER DIR``,
+or one publisher of every round: ``python test_concurrent_publish.py rounds TARGET WORKER DIR``.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,5 +103,77 @@ def test_eight_processes_to_registry(registry, tmp_path):
         assert len([t for t in tag_list if not t.startswith("bk-")]) == 6  # readable: version-precision-...
 
 
+# ---- 24 publishers of the same records, 4 rounds (issue 23.2) ----------------------------------------------------
+ROUND_WORKERS = 24
+ROUNDS = 4
+# every publisher publishes both cells of a round: the same record keys, so all 24 race on the same tags
+ROUND_CELLS = [dict(model="det", precision="fp16"), dict(model="rec", precision="int8")]
+
+
+def wait_for_all(barrier: Path, name: str, count: int, timeout_s: float = 240.0) -> None:
+    """A file barrier across processes: each writes its file, then waits until ``count`` files are there."""
+    barrier.mkdir(parents=True, exist_ok=True)
+    (barrier / name).touch()
+    deadline = time.monotonic() + timeout_s
+    prefix = name.split("-w", 1)[0] + "-w"
+    while len([p for p in barrier.iterdir() if p.name.startswith(prefix)]) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {prefix}: not every publisher arrived within {timeout_s:g} s")
+        time.sleep(0.01)
+
+
+def publish_rounds(target: str, worker: int, workdir: Path) -> None:
+    from orchestrator.core.model import RegistryConfig
+    from trt_orchestrator_plugins.stores.oci import OciStore
+
+    for r in range(ROUNDS):
+        files = [make_artifact(workdir / f"w{worker}" / f"r{r}c{i}", size=16 * 1024, version=f"{r + 1}.0.0", **c)
+                 for i, c in enumerate(ROUND_CELLS)]
+        store = OciStore(RegistryConfig(store="oci", url=target, insecure=True))  # a fresh client each round
+        wait_for_all(workdir / "barrier", f"r{r}-w{worker}", ROUND_WORKERS)
+        for f in files:
+            store.put(f)
+
+
+def orphaned_readable_tags(store, repos: list[str]) -> dict[str, list[str]]:
+    """{round version: readable tags holding a manifest that no bk- tag holds}."""
+    found: dict[str, list[str]] = {}
+    for repo in repos:
+        tags = store._paginated(f"/v2/{repo}/tags/list", "tags")
+        held = {store._get_manifest(repo, t)[0] for t in tags if t.startswith("bk-")}
+        for t in tags:
+            if not t.startswith(("bk-", "q-")):
+                found.setdefault(t.split("-", 1)[0], [])
+                if store._get_manifest(repo, t)[0] not in held:
+                    found[t.split("-", 1)[0]].append(f"{repo}:{t}")
+    return found
+
+
+@pytest.mark.integration
+def test_24_publishers_of_the_same_records_leave_no_readable_tag_without_its_record(registry, tmp_path):
+    from orchestrator.core.model import RegistryConfig
+    from trt_orchestrator_plugins.stores.oci import OciStore
+
+    url = f"{registry.host}/rounds"
+    procs = [subprocess.Popen([sys.executable, __file__, "rounds", url, str(w), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for w in range(ROUND_WORKERS)]
+    outputs = [(p.wait(timeout=600), p.stdout.read().decode()) for p in procs]
+    failed = [out for rc, out in outputs if rc != 0]
+    assert not failed, failed[0]
+    store = OciStore(RegistryConfig(store="oci", url=url, insecure=True))
+    orphans = orphaned_readable_tags(store, ["rounds/det", "rounds/rec"])
+    assert sorted(orphans) == [f"{r + 1}.0.0" for r in range(ROUNDS)]  # every round left its readable tags
+    assert {v: o for v, o in orphans.items() if o} == {}  # and each names a manifest its bk- tag holds
+    records = store.records()
+    assert len(records) == ROUNDS * len(ROUND_CELLS)  # one record per record key, nothing lost or doubled
+    for art in records:  # every readable tag and every record pulls
+        out = tmp_path / "out" / f"{art.metadata['record_key']}.plan"
+        store.get(art.digest, out)
+        assert out.stat().st_size == 16 * 1024
+
+
 if __name__ == "__main__":
-    publish(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+    if sys.argv[1] == "rounds":
+        publish_rounds(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        publish(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))

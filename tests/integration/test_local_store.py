@@ -194,12 +194,17 @@ def test_metadata_edited_after_publishing_is_refused_not_served(store, tmp_path)
     meta = json.loads(path.read_text())
     meta["engine"]["digest"] = fp16.digest  # point the fp32 record at the fp16 engine
     path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-    with pytest.raises(IntegrityError, match="changed after it was published"):
-        store.records()
+    # the edited record is damaged, never served; the other one reads as before (issue 23.1)
+    assert [a.digest for a in store.records()] == [fp16.digest]
+    [damaged] = store.damaged()
+    assert (damaged.kind, damaged.location, damaged.address) == ("changed", str(path), fp32.metadata["address"])
+    assert damaged.problem.startswith("changed after it was published")
     with pytest.raises(IntegrityError, match="changed after it was published"):
         store.get(fp32.digest, tmp_path / "out.plan")
     assert not (tmp_path / "out.plan").exists()
     # rebuilding the index from the records keeps the digests it had recorded: the edit still fails its check
     store.rebuild_index()
+    assert [a.digest for a in store.records()] == [fp16.digest]
+    assert [(d.kind, d.address) for d in store.damaged()] == [("changed", fp32.metadata["address"])]
     with pytest.raises(IntegrityError, match="changed after it was published"):
-        store.records()
+        store.get(fp32.digest, tmp_path / "out.plan")

@@ -194,26 +194,40 @@ _RECORD_DAMAGE = {
 
 @pytest.mark.parametrize("index", ["kept", "lost"])
 @pytest.mark.parametrize("damage", list(_RECORD_DAMAGE))
-def test_item8_a_damaged_record_is_a_located_error(damage, index, tmp_path):
+def test_item8_a_damaged_record_is_flagged_and_a_located_error_where_asked_for(damage, index, tmp_path):
     root, meta = _store_with_one_artifact(tmp_path)
     record = root / "meta" / f"{meta['record_key']}.json"
     record.write_bytes(_RECORD_DAMAGE[damage](record.read_bytes()))
     if index == "lost":
         (root / "index.json").unlink()
     out = tmp_path / "out.onnx"
-    for args in _commands(root, meta, out):
+    ls, show, pull = _commands(root, meta, out)
+    # ls lists what can be read (nothing here) and flags the damaged record with its file (issue 23.1)
+    listed = cli(*ls)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, (listed.stdout, listed.stderr)
+    assert "0 artifact(s)" in listed.stdout and str(record) in listed.stdout.replace("\n", ""), listed.stdout
+    # asking for that very record is a located error
+    for args in (show, pull):
         line = one_line_error(cli(*args))
-        assert str(record) in line, (args, line)
+        assert str(record) in line and "is damaged" in line, (args, line)
     assert not out.exists()
 
 
-def test_item8_a_stray_damaged_file_among_the_records_is_a_located_error(tmp_path):
+def test_item8_a_stray_damaged_file_among_the_records_hides_nothing(tmp_path):
     root, meta = _store_with_one_artifact(tmp_path)
     stray = root / "meta" / f"{'f' * 64}.json"
     stray.write_text('{"build_key": ')
-    for args in _commands(root, meta, tmp_path / "out.onnx"):
-        line = one_line_error(cli(*args))
-        assert str(stray) in line, (args, line)
+    out = tmp_path / "out.onnx"
+    ls, show, pull = _commands(root, meta, out)
+    listed = cli(*ls, "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = json.loads(listed.stdout)
+    assert [a["address"] for a in found["artifacts"]] == [meta["address"]]
+    assert [(d["location"], d["kind"]) for d in found["damaged"]] == [(str(stray), "unreadable")]
+    for args in (show, pull):
+        proc = cli(*args)
+        assert proc.returncode == 0 and meta["engine"]["digest"][:19] in proc.stdout, (args, proc.stdout, proc.stderr)
+    assert out.is_file()
 
 
 # ---- 9. pull -o onto a full (or read-only) filesystem -------------------------------------------------------

@@ -10,6 +10,7 @@ Item -> test:
   4 killed between manifest PUTs   test_item4_*
   5 docker config                  test_item5_*
   6 missing extra                  test_item6_*
+  issue 23: urllib3's Retry under requests: Retry-After, transient statuses, the deadline   test_retry_*
 """
 
 from __future__ import annotations
@@ -391,3 +392,30 @@ def test_item6_the_store_needs_no_oras(auth_registry, tmp_path):
                           env={**os.environ, "DOCKER_CONFIG": str(tmp_path / "dockercfg"), "HOME": str(tmp_path),
                                "ORCHESTRATE_REGISTRY_USERNAME": "", "ORCHESTRATE_REGISTRY_PASSWORD": ""})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+# ---- issue 23 (Also): the transport is urllib3's Retry under requests -------------------------------------------
+
+def test_retry_after_is_honoured(registry):
+    with RegistryProxy(registry.host, refuse=(), throttle=2, retry_after="1") as proxy:
+        assert oci(proxy.host, "throttled").records() == []  # answered in the end
+        asked = proxy.asked("/v2/")
+        times = proxy.times[:3]
+    assert len(asked) == 3  # two 429s, then the answer
+    assert all(later - earlier >= 1.0 for earlier, later in zip(times, times[1:])), times  # as Retry-After said
+
+
+def test_retry_of_transient_statuses_with_backoff(registry):
+    with RegistryProxy(registry.host, refuse=(), throttle=2, throttle_status=503) as proxy:
+        assert oci(proxy.host, "flaky").records() == []
+        assert len(proxy.asked("/v2/")) == 3
+
+
+def test_retry_after_past_the_deadline_ends_the_operation_at_once(registry, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATE_REGISTRY_TIMEOUT", "3")
+    with RegistryProxy(registry.host, refuse=(), throttle=100, retry_after="30") as proxy:
+        with pytest.raises(StoreUnavailableError) as exc:
+            oci(proxy.host, "throttled").records()
+        assert len(proxy.asked("/v2/")) == 1  # not slept on, not asked again
+    assert "asked to retry after 30 s, past the deadline" in str(exc.value)
+    assert "within the 3 s deadline" in str(exc.value)

@@ -8,7 +8,7 @@ Item -> test:
       a re-gated record without cache files hands the earlier ones back   test_a_regated_record_inherits_*
       an old local store (no record keys) reads and plans, unrewritten     test_old_layout_local_store_*
       an old registry (no record-key annotations) reads                   test_old_registry_*
-      a record naming another record key is damaged                       test_a_record_naming_*
+      a record naming another record key is damaged (and only it)        test_a_record_naming_*, test_a_bk_tag_*
       delete removes every record of the engine and unreferenced caches   test_delete_*
   3   ls / show list the caches (text and --json, escaped)                test_ls_and_show_*
 """
@@ -447,17 +447,24 @@ def test_a_record_naming_another_record_key_is_damaged(tmp_path):
     path_b = store.root / "meta" / f"{b.metadata['record_key']}.json"
     path_b.write_bytes((store.root / "meta" / f"{a.metadata['record_key']}.json").read_bytes())  # a's record as b
     (store.root / "index.json").unlink()  # no recorded digest to catch the copy first: the identity check must
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "ls", "--registry", str(store.root)],
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "ls", "--registry", str(store.root), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"the record {path_b} is damaged (names record key '{a.metadata['record_key']}', not its own " \
-           f"{b.metadata['record_key']})" in proc.stderr
+    # damaged, flagged with its file, and only it: the other record still lists (issue 23.1)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    listing = json.loads(proc.stdout)
+    assert [r["record_key"] for r in listing["artifacts"]] == [a.metadata["record_key"]]
+    [damaged] = listing["damaged"]
+    assert (damaged["location"], damaged["kind"], damaged["key"]) == (str(path_b), "invalid", b.metadata["record_key"])
+    assert damaged["problem"] == (f"names record key '{a.metadata['record_key']}', not its own "
+                                  f"{b.metadata['record_key']}")
     # a record key that is not its build key's and gate key's is damaged too
     meta = json.loads((store.root / "meta" / f"{a.metadata['record_key']}.json").read_text())
     meta["gates"]["key"] = gate_key_of({"other": True})
     path_b.write_text(json.dumps({**meta, "record_key": b.metadata["record_key"]}))
-    with pytest.raises(IntegrityError, match="is not the record key of its build key and gate key"):
-        local_store(store.root).records()
+    reader = local_store(store.root)
+    assert [r.metadata["record_key"] for r in reader.records()] == [a.metadata["record_key"]]
+    [damaged] = reader.damaged()
+    assert "is not the record key of its build key and gate key" in damaged.problem
 
 
 def test_old_registry_without_record_key_annotations_reads_and_takes_a_regated_record(registry, tmp_path,
@@ -490,11 +497,17 @@ def test_a_bk_tag_that_does_not_name_its_record_is_a_located_error(registry, tmp
     raw = store._get_manifest_raw(repo, "bk-" + a.metadata["record_key"])[2]
     forged = "bk-" + "f" * 64
     store._put_manifest(repo, forged, raw)  # a's manifest under another record's tag
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "ls", "--registry", f"oci://{registry.host}/forged"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert (f"the tag {repo}:{forged} holds the record of record key '{a.metadata['record_key']}', not its own "
-            f"{'f' * 64}") in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "ls", "--registry", f"oci://{registry.host}/forged",
+                           "--json"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    # the forged tag is damaged and flagged where it is; the record itself still lists (issue 23.1)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    listing = json.loads(proc.stdout)
+    assert [r["record_key"] for r in listing["artifacts"]] == [a.metadata["record_key"]]
+    [damaged] = listing["damaged"]
+    assert damaged["location"].startswith(f"{repo}:{forged}@sha256:") and damaged["key"] == "f" * 64
+    assert damaged["problem"] == (f"the tag holds the record of record key '{a.metadata['record_key']}', not its "
+                                  f"own {'f' * 64}")
+    assert damaged["address"] is None  # what a forged tag's manifest says is not taken for the record's
 
 
 # ---- delete ------------------------------------------------------------------------------------------------------

@@ -49,6 +49,26 @@ def test_up_to_date_when_the_published_key_matches():
     assert p.summary() == "Plan: 0 to build, 0 to rebuild, 1 up to date, 0 blocked"
 
 
+def test_a_damaged_published_record_plans_as_rebuild_with_its_reason():
+    # issue 23.1: the newest record of an address is damaged -> not "up to date": build, gate and publish again
+    g = _graph(manifest([model("ocr-det")], [target()]))
+    damaged = replace(_published(g.cell(A)), damage="not JSON: Expecting value: line 1 column 1 (char 0)")
+    p = plan_against(g, {A: damaged}, "state-1")
+    (e,) = p.entries
+    assert (e.status, e.reason, e.published_digest) == (
+        "rebuild", "record damaged: not JSON: Expecting value: line 1 column 1 (char 0)", ENGINE)
+    assert e.changes[1].startswith("build (a cache hit where the engine is still here), gate and publish again")
+    assert e.shard is not None and p.has_changes
+
+
+def test_the_registry_note_travels_with_the_plan():
+    g = _graph(manifest([model("ocr-det")], [target()]))
+    p = plan_against(g, {}, "empty", registry_note="the local store /x does not exist yet")
+    assert p.to_json()["registry_note"] == "the local store /x does not exist yet"
+    assert plan_from_json(p.to_json()).registry_note == p.registry_note
+    assert plan_against(g, {}, "empty").to_json()["registry_note"] == ""
+
+
 def _tightened(m):
     """``m``'s model with its fp16 parity tolerance tightened to exact equality (what the issue tried)."""
     (mod,) = m.models

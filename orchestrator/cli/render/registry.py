@@ -55,7 +55,8 @@ def _record_caches(meta: Mapping[str, Any]) -> dict[str, Any]:
 def listing_json(listing: Listing, metas: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {"artifacts": [record_json(m) for m in metas],
             "caches": {"calibration": [c.to_json() for c in listing.calibration],
-                       "timing": [t.to_json() for t in listing.timing]}}
+                       "timing": [t.to_json() for t in listing.timing]},
+            "damaged": [d.to_json() for d in listing.damaged]}
 
 
 def _calibration_row(c: CalibrationCache) -> list[str]:
@@ -78,6 +79,14 @@ def render_listing(listing: Listing, metas: list[Mapping[str, Any]], console: Co
     console.print(table)
     engines = len({str(m["engine"]["digest"]) for m in metas})
     console.print(f"{len(metas)} artifact(s)" + (f" ({engines} engine(s))" if engines != len(metas) else ""))
+    if listing.damaged:
+        console.print()
+        for d in listing.damaged:
+            what = d.address or f"record {d.key[:12]}"
+            console.print(Text(f"! damaged {clean(what)} [{d.kind}]: {clean(d.problem)} ({clean(d.location)})",
+                               style="red"))
+        console.print(Text(f"{len(listing.damaged)} damaged record(s), not listed above: publish them again to "
+                           "replace them, or `orchestrate store check --quarantine` to move them aside"))
     if not (listing.calibration or listing.timing):
         return
     caches = Table("cache", "name", "digest", "key / scope", "size", "linked by", box=None, header_style="bold")
