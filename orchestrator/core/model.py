@@ -69,6 +69,11 @@ class Preprocess:
     color: Literal["RGB", "BGR"] = "RGB"
 
 
+# The files a DataSource folder may hold: arrays, or images (decoded with Pillow, the optional ``images`` extra).
+ARRAY_SUFFIXES = (".npy", ".npz")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
+
+
 @dataclass(frozen=True)
 class DataSource:
     """npy/npz files, or an image folder with preprocessing; None path means seeded random tensors."""

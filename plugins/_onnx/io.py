@@ -15,10 +15,17 @@ EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
 
 
 def load_model(path: Path | str):
-    """Load a model and its external data (resolved relative to the model's folder)."""
+    """Load a model and its external data (resolved relative to the model's folder); ``BuildError`` when the file
+    is no ONNX model (protobuf's ``DecodeError``) or its external data cannot be read."""
     import onnx
 
-    return onnx.load(str(path), load_external_data=True)
+    try:
+        return onnx.load(str(path), load_external_data=True)
+    except OSError as e:
+        raise BuildError(f"cannot read the model {path}: {e.strerror or e}") from e
+    except Exception as e:  # google.protobuf.message.DecodeError and friends: not an ONNX model
+        raise BuildError(f"{path} is not a readable ONNX model: {type(e).__name__}: {_first_line(e)}",
+                         hint="re-export the model; `python -m onnx.checker PATH` says what is wrong") from e
 
 
 def save_model(model, path: Path | str) -> list[Path]:
