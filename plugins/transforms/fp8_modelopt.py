@@ -42,6 +42,7 @@ from trt_orchestrator_plugins._onnx.io import (
     check_loadable,
     load_model,
     model_bytes,
+    raise_if_no_space,
     save_model,
 )
 
@@ -105,8 +106,13 @@ def write_feeds(path: Path, samples: list[dict], method: str) -> None:
         raise BuildError("calibration samples do not all feed the same inputs")
     arrays = {name: np.stack([s[name] for s in samples]) for name in names}
     marker = json.dumps({"format": CACHE_FORMAT, "inputs": names, "samples": len(samples), "method": method})
-    with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a path
-        np.savez(f, **arrays, **{_META_KEY: np.array(marker)})
+    try:
+        with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a path
+            np.savez(f, **arrays, **{_META_KEY: np.array(marker)})
+    except OSError as e:
+        Path(path).unlink(missing_ok=True)
+        raise_if_no_space(e, path, "the fp8 calibration feeds")
+        raise
 
 
 def read_feeds(path: Path) -> tuple[list[dict], dict]:
@@ -221,6 +227,7 @@ class ModeloptFp8Transform:
                          op_types_to_exclude_fp16=list(precision.op_block_list) if precision.op_block_list else None,
                          use_external_data_format=large, output_path=str(produced), log_level="WARNING")
             except Exception as e:  # ModelOpt raises RuntimeError/ValueError/AssertionError and ORT's errors
+                raise_if_no_space(e, out_path, "the fp8 Q/DQ model")
                 raise BuildError(f"ModelOpt fp8 quantization of {onnx_path.name} failed: "
                                  f"{type(e).__name__}: {e}", hint="docs/fp8-modelopt.md lists what was measured") from e
             if not produced.is_file():

@@ -35,6 +35,7 @@ from trt_orchestrator_plugins._onnx.io import (
     check_loadable,
     load_model,
     model_bytes,
+    raise_if_no_space,
     save_model,
 )
 
@@ -197,6 +198,7 @@ class Int8QdqTransform:
             except BuildError:
                 raise
             except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
+                raise_if_no_space(e, out_path, "the int8 Q/DQ model")
                 what = "quantization from the calibration cache" if read_cache and cache else "calibration"
                 raise BuildError(f"int8 Q/DQ {what} of {Path(onnx_path).name} failed: "
                                  f"{type(e).__name__}: {e}") from e
