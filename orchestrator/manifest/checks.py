@@ -135,6 +135,10 @@ def check_model(model: Model, path: Path, out: list[Finding]) -> None:
         seen[prec.name] = j
         if prec.name == "fp32" and prec.via == "transform":
             out.append(Finding(ppath, "fp32 has no transform: it is the model's own precision", "drop `via`"))
+        if prec.min_quantized_share is not None and prec.name not in _CALIBRATED:
+            out.append(Finding(ppath + ("min_quantized_share",), f"{prec.name} quantizes nothing: "
+                               "min_quantized_share is for the int8 and fp8 Q/DQ transforms",
+                               "remove min_quantized_share from this precision"))
         if prec.name in _CALIBRATED and model.calibration is None:
             out.append(Finding(ppath, f"{prec.name} needs calibration data, and model '{model.name}' has none",
                                "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))

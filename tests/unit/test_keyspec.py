@@ -199,7 +199,7 @@ transforms:
   tools: {{onnx: "1.17.0", onnxruntime: "1.22.1", onnxconverter-common: "1.14.0"}}
 defaults:
   precisions: [fp16, {{name: int8, via: transform, keep_io_types: true, op_block_list: [Softmax],
-                      calibration_method: minmax}}]
+                      calibration_method: minmax, min_quantized_share: 0.75}}]
   builder_options:
     optimization_level: 2
     tiling_level: moderate
@@ -241,7 +241,7 @@ models:
     precisions:
       - fp32
       - {{name: fp16, keep_io_types: false, op_block_list: [Softmax, Resize]}}
-      - {{name: int8, via: auto, calibration_method: percentile}}
+      - {{name: int8, via: auto, calibration_method: percentile, min_quantized_share: 0.5}}
       - {{name: fp8, via: transform, calibration_method: entropy}}
     profile_sets: {{small: [small], both: [small, large]}}
     calibration: {{path: ../data/calib, samples: 16, seed: 3, preprocess: {PREPROCESS}}}

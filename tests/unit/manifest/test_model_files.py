@@ -284,3 +284,9 @@ def test_a_cast_to_float16_or_float16_io_make_a_model_float16_as_the_converter_s
     tiny_model(path)
     assert read_model_file(str(path)).float16 is None
 
+
+def test_min_quantized_share_only_on_quantized_precisions(load):
+    (p,) = problems(load, manifest(precisions="[fp32, {name: fp16, via: transform, min_quantized_share: 0.5}]"))
+    assert (p.path, p.message) == ("models[0].precisions[1].min_quantized_share",
+                                   "fp16 quantizes nothing: min_quantized_share is for the int8 and fp8 Q/DQ "
+                                   "transforms")
