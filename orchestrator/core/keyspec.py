@@ -220,6 +220,11 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].precisions[].calibration_method": _build(
         "entropy/percentile/minmax ranges (key_inputs.calibration.method; Q/DQ: transform settings too)",
         Cells("the model's calibrated cells of that precision", precision="entry", calibrated=True)),
+    "models[].precisions[].min_quantized_share": _build(
+        "the share of quantizable nodes the Q/DQ transform must quantize, or fail (key_inputs.transform.settings."
+        "min_quantized_share): a transform accepted under one share is not accepted under a higher one unseen",
+        Cells("the model's transformed int8/fp8 cells of that precision", precision="entry", calibrated=True,
+              transformed=True)),
     "models[].profile_sets.*": _build(
         "the profiles (and their order) one engine holds: key_inputs.profiles",
         Cells("the model's cells of that profile set", profile_set=True)),

@@ -69,6 +69,11 @@ class Preprocess:
     color: Literal["RGB", "BGR"] = "RGB"
 
 
+# The files a DataSource folder may hold: arrays, or images (decoded with Pillow, the optional ``images`` extra).
+ARRAY_SUFFIXES = (".npy", ".npz")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
+
+
 @dataclass(frozen=True)
 class DataSource:
     """npy/npz files, or an image folder with preprocessing; None path means seeded random tensors."""
@@ -179,6 +184,9 @@ class PrecisionSpec:
     # ops kept in fp32 by the conversion (numerically sensitive ones by default)
     op_block_list: tuple[str, ...] | None = None
     calibration_method: CalibrationMethod = "entropy"
+    # int8/fp8 Q/DQ transforms: the share of quantizable nodes that must come out quantized (None: the transform's
+    # own default); a transform that quantized nothing fails whatever this says
+    min_quantized_share: float | None = None
 
 
 @dataclass(frozen=True)

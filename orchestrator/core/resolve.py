@@ -144,6 +144,8 @@ def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Ma
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
     if spec.name in ("int8", "fp8"):
         settings["calibration_method"] = spec.calibration_method
+        if spec.min_quantized_share is not None:  # what the transform accepts as done (absent: its default)
+            settings["min_quantized_share"] = spec.min_quantized_share
     settings["tools"] = _tools(inputs, manifest)
     return settings
 

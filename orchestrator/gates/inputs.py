@@ -28,12 +28,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-from orchestrator.core.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
+from orchestrator.core.model import (
+    ARRAY_SUFFIXES,
+    IMAGE_SUFFIXES,
+    DataSource,
+    DimConstraint,
+    InputSpec,
+    Model,
+    Preprocess,
+    ProfileShapes,
+)
 from orchestrator.errors import GateError, OrchestratorError
 
 CaseLabel = Literal["min", "opt", "max", "random"]
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
-ARRAY_SUFFIXES = (".npy", ".npz")
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,15 @@ from orchestrator.core.model import (
 from orchestrator.core.toolchain import ToolchainProblem, resolve_toolchain
 from orchestrator.core.versions import parse_cc
 from orchestrator.errors import OrchestratorError
+from orchestrator.manifest.model_file import ModelFile
 from orchestrator.manifest.positions import Finding, Path
-from orchestrator.manifest.schema import did_you_mean
+from orchestrator.manifest.schema import did_you_mean, task_output_keys
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
 # Precisions that are calibrated (explicit Q/DQ via ModelOpt, or the TRT <= 10.x calibrator): both need data.
 _CALIBRATED = ("int8", "fp8")
+# Precisions made by converting a float32 graph (the fp16/bf16 transform; onnxconverter-common's fp16 pass for both).
+_CONVERTED = ("fp16", "bf16")
 _KIND_WORDS = {"compute_capability": "one compute capability", "compute_capability_list": "a compute capability "
                "list", "hardware_compatible": "a hardware compatibility level", "cpu": "device cpu",
                "cuda": "device cuda"}
@@ -47,6 +50,9 @@ class CheckInput:
     target_names: Sequence[str | None]
     include: Sequence[MatrixRule]
     exclude: Sequence[MatrixRule]
+    # what each typed model's ONNX file holds (``model_file.read_model_file``); None where it could not be read
+    # (a finding says why) or the model comes from a url; empty: no file was read (tests of the checks alone)
+    model_files: Sequence[ModelFile | None] = ()
 
 
 def _dims(shape: Iterable) -> str:
@@ -60,6 +66,9 @@ def check(manifest: CheckInput, *, capabilities: CapabilitiesFn, builder_names: 
     for i, model in enumerate(manifest.models):
         if model is not None:
             check_model(model, ("models", i), out)
+            facts = _file_of(manifest, i)
+            if facts is not None:
+                _check_outputs(model, facts, ("models", i), out)
     caps: dict[int, BuilderCapabilities] = {}
     for i, target in enumerate(manifest.targets):
         if target is not None:
@@ -126,9 +135,21 @@ def check_model(model: Model, path: Path, out: list[Finding]) -> None:
         seen[prec.name] = j
         if prec.name == "fp32" and prec.via == "transform":
             out.append(Finding(ppath, "fp32 has no transform: it is the model's own precision", "drop `via`"))
-        if prec.name in _CALIBRATED and (model.calibration is None or model.calibration.path is None):
+        if prec.min_quantized_share is not None and prec.name not in _CALIBRATED:
+            out.append(Finding(ppath + ("min_quantized_share",), f"{prec.name} quantizes nothing: "
+                               "min_quantized_share is for the int8 and fp8 Q/DQ transforms",
+                               "remove min_quantized_share from this precision"))
+        if prec.name in _CALIBRATED and model.calibration is None:
             out.append(Finding(ppath, f"{prec.name} needs calibration data, and model '{model.name}' has none",
                                "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))
+    calibrated = [p.name for p in model.precisions if p.name in _CALIBRATED]
+    if calibrated and model.calibration is not None and model.calibration.path is None:
+        # `{samples: 4, seed: 0}` alone: seeded random tensors, which a parity gate takes and a calibrator must not
+        samples = model.calibration.samples
+        out.append(Finding(path + ("calibration",), f"calibration names no path: {' and '.join(calibrated)} "
+                           f"calibrate on real inputs, and samples: {samples} without a path would be random tensors",
+                           f"add path: a folder of .npy/.npz files or images (calibration: {{path: data/calib, "
+                           f"samples: {samples}}})"))
 
 
 def _profile_names_differ(spec: InputSpec, reference: InputSpec, ipath: Path, out: list[Finding]) -> None:
@@ -184,6 +205,32 @@ def _check_constraint(c, which: str, dims: Sequence[int], d: int, path: Path, ou
         out.append(Finding(path, f"{where}, below the constraint's min {c.min}"))
     if c.max is not None and value > c.max:
         out.append(Finding(path, f"{where}, above the constraint's max {c.max}"))
+
+
+def _file_of(manifest: CheckInput, i: int) -> ModelFile | None:
+    return manifest.model_files[i] if i < len(manifest.model_files) else None
+
+
+def _check_outputs(model: Model, facts: ModelFile, path: Path, out: list[Finding]) -> None:
+    """The outputs a task and ``classifier_outputs`` name are the model's: a parity gate that names another errors
+    after every build of the model (the task contract: no ``output`` means the model's only output)."""
+    outputs = list(facts.outputs)
+    listed = ", ".join(outputs)
+    task = model.task
+    if task is not None:
+        named = {key: value for key, value in (("output", task.output), *task.options.items())
+                 if key in task_output_keys() and isinstance(value, str)}
+        for key, name in named.items():
+            if name not in outputs:
+                out.append(Finding(path + ("task", key), f"the model has no output '{name}' (its outputs: {listed})",
+                                   did_you_mean(name, outputs) or f"set task.{key} to one of them"))
+        if not named and len(outputs) != 1:
+            out.append(Finding(path + ("task",), f"task {task.kind} reads the model's only output, but the model "
+                               f"has {len(outputs)}: {listed}", "set task.output to the one it judges"))
+    for name in model.classifier_outputs:
+        if name not in outputs:
+            out.append(Finding(path + ("classifier_outputs", name), f"the model has no output '{name}' (its "
+                               f"outputs: {listed})", did_you_mean(name, outputs), at_key=True))
 
 
 # -- targets ------------------------------------------------------------------------------------------------
@@ -310,9 +357,11 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
     for i, model in enumerate(manifest.models):
         if model is None:
             continue
+        facts = _file_of(manifest, i)
         for j, spec in enumerate(model.precisions):
             if spec.name == "fp32":
                 continue
+            converting: list[str] = []  # targets that build this precision from the fp16/bf16 conversion
             for t, target in enumerate(manifest.targets):
                 if target is None or t not in caps or not _live(manifest, model.name, spec.name, target.name):
                     continue
@@ -327,6 +376,22 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
                                        f"model '{model.name}' {spec.name}: {who} {message}",
                                        hint + f"; or exclude it: matrix.exclude: [{{model: {model.name}, "
                                        f"precision: {spec.name}, target: {target.name}}}]"))
+                elif spec.name in _CONVERTED and route_of(spec, caps[t], target) == "transform":
+                    converting.append(target.name)
+            if converting and facts is not None and facts.float16 is not None:
+                out.append(_converting_half(model, spec, facts.float16, converting, ("models", i, "precisions", j)))
+
+
+def _converting_half(model: Model, spec: PrecisionSpec, why: str, targets: list[str], path: Path) -> Finding:
+    """An fp16/bf16 conversion of a model that is float16 already: onnxconverter-common refuses it ("already
+    converted to float16 ... set check_fp16_ready=False"), and converting a converted graph again would wrap its
+    float16 parts in casts it does not need. There is nothing to convert: the model is built as it is."""
+    return Finding(path, f"model '{model.name}' is float16 already ({why}): the {spec.name} conversion (via: "
+                         f"transform, for target{'s' if len(targets) > 1 else ''} {', '.join(targets)}) converts "
+                         "float32 models and refuses one converted before",
+                   "its own precision needs no conversion: declare precisions: [fp32] (the engine is built from the "
+                   "graph as it is, float16 weights and all) or, on a builder with an FP16 flag (TensorRT <= 10), "
+                   f"{{name: {spec.name}, via: native}}; or point source.path at the float32 export")
 
 
 def _route_problem(name: str, via: str, caps: BuilderCapabilities) -> tuple[str, str] | None:

@@ -160,7 +160,8 @@ def _precision(raw: str | dict) -> PrecisionSpec:
     block = raw.get("op_block_list")
     return PrecisionSpec(name=raw["name"], via=raw.get("via", "auto"), keep_io_types=raw.get("keep_io_types", True),
                          op_block_list=tuple(block) if block is not None else None,
-                         calibration_method=raw.get("calibration_method", "entropy"))
+                         calibration_method=raw.get("calibration_method", "entropy"),
+                         min_quantized_share=raw.get("min_quantized_share"))
 
 
 def _model(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> Model:

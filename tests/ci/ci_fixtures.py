@@ -32,6 +32,7 @@ from orchestrator.core.model import (
     Target,
 )
 from orchestrator.manifest import load_manifests
+from tests.conftest import make_tiny_model
 from trt_orchestrator_plugins.ci import github
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,10 +62,10 @@ def trt_target(name: str, cc: str, build: list[str], gate: list[str] | None = No
 
 
 def write_manifest(directory: Path, name: str, models: list[dict], targets: list[dict]) -> Path:
-    """A manifest file and empty model files beside it (the loader checks they exist; nothing reads them)."""
+    """A manifest file and small ONNX model files beside it (validate reads them: an empty file is no model)."""
     (directory / "models").mkdir(parents=True, exist_ok=True)
     for m in models:
-        (directory / m["source"]["path"]).write_bytes(b"")
+        make_tiny_model(directory / m["source"]["path"])
     path = directory / name
     path.write_text(yaml.safe_dump({"manifest_version": 1, "models": models, "targets": targets},
                                    sort_keys=False), encoding="utf-8")
