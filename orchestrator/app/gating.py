@@ -23,7 +23,7 @@ from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
 from orchestrator.core.plan import Plan
-from orchestrator.core.query import select
+from orchestrator.core.query import engines, select
 from orchestrator.core.versions import parse_version, same_version
 from orchestrator.gates.drift import OUTPUTS_FILE
 from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome
@@ -138,7 +138,7 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
 
     def records(model: str) -> list[StoredArtifact]:  # one registry read per model for this run
         if model not in published:
-            published[model] = plugins.open_store(project.registry).records(model)
+            published[model] = engines(plugins.open_store(project.registry).records(model), lambda a: a.metadata)
         return published[model]
 
     def facts(node: Node) -> dict[str, Any]:

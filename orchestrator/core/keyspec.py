@@ -311,6 +311,10 @@ _EXPLICIT: dict[str, KeyRule] = {
                    "it got before building")
        for path in ("targets[].toolchain", "targets[].toolchain.kind", "targets[].toolchain.image",
                     "targets[].toolchain.index_url", "targets[].toolchain.cuda")},
+    "targets[].weights": _build(
+        "where the engine's weights live: TensorRT's STRIP_PLAN / REFIT_IDENTICAL / REFIT flags (trtexec "
+        "--stripWeights / --refit), an onnxruntime engine whose initializers are external data in the weights blob "
+        "(key_inputs.weights; absent for embedded, so embedded keys are those from before the field)", _TARGET),
     "targets[].gpu_match": _gate(
         "the deployment policy its records carry (gate_inputs.deploy): republished without a rebuild", _TARGET),
     "targets[].runners.build": _none("runner labels say where work runs, not what is built; the runner's GPU and "

@@ -16,6 +16,10 @@ PrecisionVia = Literal["auto", "native", "transform"]
 CalibrationMethod = Literal["entropy", "percentile", "minmax"]
 HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
 GpuMatch = Literal["sku", "cc"]
+# Where an engine's weights live (docs/refit.md): inside it (``embedded``, TensorRT's default), in the model version's
+# weights blob, refitted at deployment (``stripped``), or refittable with new weights (``refittable``).
+WeightsMode = Literal["embedded", "stripped", "refittable"]
+WEIGHTS_MODES: tuple[str, ...] = ("embedded", "stripped", "refittable")
 # How fleet CI provisions a target's exact builder version: the runner has it installed (its labels say so), the job
 # runs in the container image of that release, or it installs pinned wheels into a cached virtual environment.
 ToolchainKind = Literal["runner", "container", "pip"]
@@ -299,6 +303,8 @@ class Target:
     toolchain: Toolchain = field(default_factory=Toolchain)
     # The serving stack its engines are deployed on (``triton:25.01``): builder_version is the TensorRT it ships.
     serve: str | None = None
+    # where its engines' weights live (``WeightsMode``); "embedded" keys and builds as before the field existed
+    weights: WeightsMode = "embedded"
 
     @property
     def version_family(self) -> str:

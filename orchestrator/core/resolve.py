@@ -339,6 +339,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 "plugin_libraries": plugin_libraries,
                 "salt": manifest.salt,
             }
+            if target.weights != "embedded":  # embedded: the keys from before weights modes existed
+                key_inputs["weights"] = target.weights
             key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
             # the cell's gate: matrix rules' over the target's over the model's (``Manifest.gate_for``), as a model
             # with it; cells with the same settings object share one

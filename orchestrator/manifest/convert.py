@@ -338,7 +338,8 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
         options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
-        serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")))
+        serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")),
+        weights=raw.get("weights", "embedded"))
 
 
 def _toolchain(raw: str | dict) -> Toolchain:

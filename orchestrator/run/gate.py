@@ -28,6 +28,7 @@ from orchestrator.gates.inputs import benchmark_inputs, gate_cases
 from orchestrator.gates.run import BlockSchedule, probe_memory, run_benchmark, run_parity, run_soak
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
+from orchestrator.run.weights_blob import refit_for_gate
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,15 @@ class GatePayload:
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
-    """The built engine and its descriptor, from the build node's result."""
+    """The built engine and its descriptor, from the build node's result; a stripped engine refitted from the weights
+    blob beside it (what a deployment runs, ``run.weights_blob``), its descriptor still naming the engine as built
+    (the digest the verdicts are given to and publish checks)."""
     cell = payload.cell
     build_dir = Path(task.dep_dirs[f"build:{cell.address}"])
     data = json.loads((build_dir / "result.json").read_text())["data"]
     engine = EngineDescriptor.for_cell(cell, runtime=payload.runtime, builder_version=data["builder_version"],
                                        digest=data["engine_digest"], size=data["engine_size"])
-    return build_dir / data["engine"], engine
+    return refit_for_gate(build_dir, data, build_dir / data["engine"], engine, task.out_dir), engine
 
 
 def _profile_names(cell: Cell) -> list[str]:

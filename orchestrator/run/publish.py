@@ -19,6 +19,7 @@ from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.metadata import engine_file, new_metadata, utc_now
 from orchestrator.run.executor import StepOutcome, StepTask, read_gate_report
+from orchestrator.run.weights_blob import engine_weights_entry
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,9 @@ def step_publish(task: StepTask) -> StepOutcome:
     manifest_path = payload.manifest_file
     calib_data = (cell.key_inputs.get("calibration") or {}).get("data") or {}
     calib = calib_data.get("digest")
+    store = plugins.open_store(payload.registry)
+    # an engine that is not embedded: its weights record first (once per blob), then the engine pointing at it
+    weights = engine_weights_entry(store, build_dir, build, cell, model, manifest_path, git_commit(manifest_path))
     meta = new_metadata(
         address=cell.address, model_name=model.name, model_version=model.version,
         model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
@@ -146,9 +150,10 @@ def step_publish(task: StepTask) -> StepOutcome:
                           key=cell.gate_key, key_inputs=cell.gate_inputs),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
-        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"))
+        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"),
+        weights=weights)
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
-    stored = plugins.open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log,
+    stored = store.put(ArtifactFiles(engine=engine, metadata=meta, log=log,
                                                                     extra=extras, attachments=attachments))
     return StepOutcome(data={"digest": stored.digest, "location": stored.location, "gates": status,
                              "build_key": cell.build_key})

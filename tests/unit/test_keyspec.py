@@ -143,6 +143,7 @@ def capabilities(builder: str, version: str) -> BuilderCapabilities | None:
         return BuilderCapabilities(native=native, via_transform=QDQ, target_kinds=gpu, needs_gpu=True, runs_on="trt",
                                    supports_calibrator=major < 11, reads_options=TRT_READS, extra_options=EXTRA,
                                    calibration_family="tensorrt" if major < 11 else None, pins_timing_cache=True,
+                                   weights_modes=frozenset({"embedded", "stripped", "refittable"}),
                                    provisioning=Provisioning(pip_requirements={"12": (f"tensorrt-cu12=={version}",),
                                                                             "13": (f"tensorrt-cu13=={version}",)}))
     if builder == "trtexec":
@@ -277,6 +278,7 @@ targets:
     compute_capability: "8.9"
     platform: linux/x86_64
     gpu_match: sku
+    weights: refittable
     runners: {{build: [self-hosted, l4], gate: [self-hosted, l4, gpu]}}
     toolchain: {{kind: pip, cuda: "12", index_url: "https://pypi.nvidia.com/simple"}}
     gate:
