@@ -14,7 +14,7 @@ from orchestrator.core.model import GateSettings, Manifest, Model, RegistryConfi
 from orchestrator.core.resolve import address_part, cells_of
 from orchestrator.digests import LFS_HINT, hash_file, is_lfs_pointer
 from orchestrator.errors import ManifestError, Problem
-from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
+from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check, noise_threshold_problems
 from orchestrator.manifest.convert import convert
 from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, printable, render_path
 from orchestrator.manifest.schema import did_you_mean, kind_of, schema_findings
@@ -154,6 +154,28 @@ def _address_collisions(manifest: Manifest) -> list[Finding]:
     return out
 
 
+def _noise_findings(manifest: Manifest, own_gates: Sequence[tuple[Path, GateSettings]]) -> list[Finding]:
+    """Regression thresholds inside the benchmark's accepted noise (``checks.noise_threshold_problems``) in the gate
+    of every model x target (the target's keys over the model's): reported at the key the target itself sets, else
+    at the model's."""
+    own = {path[1]: gate for path, gate in own_gates if path[0] == "targets"}
+    out: list[Finding] = []
+    for t, target in enumerate(manifest.targets):
+        mine = own.get(t)
+        for i, model in enumerate(manifest.models):
+            for key, message, hint in noise_threshold_problems(manifest.gate_for(model, target)):
+                if mine is not None and getattr(getattr(mine, key[0]), key[1]) is not None:
+                    path: Path = ("targets", t, "gate", *key)
+                elif mine is not None and mine.benchmark.max_spread_pct is not None:
+                    path = ("targets", t, "gate", "benchmark", "max_spread_pct")
+                else:
+                    path = ("models", i, "gate", *key)
+                finding = Finding(path, message, hint)
+                if finding not in out:
+                    out.append(finding)
+    return out
+
+
 def _names(data: dict, section: str) -> list[str | None]:
     entries = data.get(section)
     if not isinstance(entries, list):
@@ -217,7 +239,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
             if builder_slug is not None:
                 manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
                                                            for t in manifest.targets))
-            collisions = _address_collisions(manifest)
+            collisions = _address_collisions(manifest) + _noise_findings(manifest, converted.own_gates)
             if collisions:
                 findings += collisions
                 manifest = None
