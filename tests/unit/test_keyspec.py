@@ -222,6 +222,7 @@ defaults:
     benchmark: {BENCHMARK}
     drift: {DRIFT}
     allow_ungated_publish: true
+    require_gpu_parity: [fp16, int8]
   runners: {{build: [self-hosted], gate: [self-hosted, gpu]}}
 models:
   - name: det
@@ -257,6 +258,7 @@ models:
       benchmark: {BENCHMARK}
       drift: {DRIFT}
       allow_ungated_publish: false
+      require_gpu_parity: [fp16]
     classifier_outputs: {{y: 5}}
     task: {TASK}
   - name: cls
@@ -291,6 +293,7 @@ targets:
       benchmark: {BENCHMARK}
       drift: {DRIFT}
       allow_ungated_publish: false
+      require_gpu_parity: [fp16, int8]
     options:
       optimization_level: 4
       tiling_level: fast
@@ -340,6 +343,7 @@ matrix:
         benchmark: {BENCHMARK}
         drift: {DRIFT}
         allow_ungated_publish: false
+        require_gpu_parity: [fp16]
     - {{model: seg, target: l4, gate: {{parity: {{data: {{seed: 11}}}}}}}}   # random parity data: the seed matters
 registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
            credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,

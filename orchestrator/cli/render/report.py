@@ -13,6 +13,7 @@ Input: a list of *cells*, one per built engine (matrix cell), each a plain dict:
       "benchmark":   {...} | None,         # BenchmarkVerdict.to_json(), or None when not run
       "note":        "built on a CPU runner; needs sm89 to gate",   # optional, shown under the status
       "reasons":     ["build failed: ..."],  # optional: reasons beyond the verdicts' own (build errors, ...)
+      "caveats":     ["fp16 parity was judged on a CPU only ..."],  # optional: what the verdicts do not show
     }
 
 Rows are model × precision × profile set, columns are targets (first-seen order). A cell shows its status
@@ -138,6 +139,7 @@ def cell_summary(cell: dict) -> dict:
         "spread_pct": series.get("spread_pct") if series else None,
         "reasons": reasons,
         "note": note,
+        "caveats": [str(c) for c in cell.get("caveats") or ()],
         "why": note or (reasons[0] if reasons else None),
         "drift": drift,
         "task": task_summary(cell.get("parity")),
@@ -518,6 +520,8 @@ def summary_table(cells: Iterable[dict]):
         s = cell_summary(cell)
         fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
         why = "" if s["status"] == "passed" and not s["note"] else (s["why"] or "")
+        if not why and s["caveats"]:
+            why = "caveat: " + s["caveats"][0]
         rows.append((escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
                      escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
                      f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
