@@ -6,7 +6,8 @@
 #   bash stability.sh stage N    (N = 0..3) copy part N to /tmp/gg (the machine must stay warm between calls)
 #   bash stability.sh final      last part, unpack, install into /tmp/site, run the benchmarks and the CLI gate
 #   bash stability.sh rerun      the benchmarks and the CLI gate again (code folder re-sent, parts already unpacked)
-# The code folder holds stability.sh, a wheel of this checkout, bench/gpu's scripts (gpu/), .cache/images (images/)
+# TF32=0 leaves out the TF32 parity study. The code folder holds stability.sh, a wheel of this checkout, bench/gpu's
+# scripts (gpu/), .cache/images (images/), optionally tests/ (the suite's CUDA-graph tests and their conftests)
 # and the project's own dependencies the machine's image lacks (extra/: jsonschema and its needs, rich, click, ...).
 # Logs and JSON go to $OUT. Reads no GPU setting and changes none.
 set -o pipefail
@@ -25,16 +26,24 @@ P=/tmp/payload
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   "$P"/wheels/*.whl "$here"/extra/*.whl "$here"/trt_orchestrator-*.whl > "$OUT/install.log" 2>&1 || { tail "$OUT/install.log"; exit 1; }
 rm -rf /tmp/proj && mkdir -p /tmp/proj/.cache /tmp/proj/bench && cp -r "$P/models" /tmp/proj/.cache/models \
-  && cp -r "$here/images" /tmp/proj/.cache/images \
   && cp -r "$here/gpu" /tmp/proj/bench/gpu || exit 1
+if [ -d "$here/images" ]; then cp -r "$here/images" /tmp/proj/.cache/images; fi  # the TF32 study's pictures
 cd /tmp/proj || exit 1
 export PYTHONPATH=/tmp/site
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
   uptime; nproc
   python3 -c "import onnxruntime as o, cuda.bindings, pynvml; print(o.__version__, o.__file__, o.get_available_providers(), cuda.bindings.__version__)"
 } 2>&1 | tee "$OUT/machine.txt"
-timeout 170 python3 bench/gpu/tf32_parity.py --out "$OUT/tf32.json" > "$OUT/tf32.txt" 2>&1; echo "[tf32 exit $?]"
-tail -60 "$OUT/tf32.txt"
+if [ "${TF32:-1}" = 1 ]; then
+  timeout 170 python3 bench/gpu/tf32_parity.py --out "$OUT/tf32.json" > "$OUT/tf32.txt" 2>&1; echo "[tf32 exit $?]"
+  grep -v -e "No registered plugin EP" -e "Fallback mode" "$OUT/tf32.txt" | tail -60
+fi
+# the CUDA-graph tests of the suite (they skip on a CPU box): tests/ as carried in the code folder
+if [ -d "$here/tests" ]; then
+  cp -r "$here/tests" /tmp/proj/tests
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rs tests/integration/test_ort_cuda_graph.py 2>&1 \
+    | grep -v "No registered plugin EP" | tail -15 | tee "$OUT/pytest.txt"
+fi
 timeout 150 python3 bench/gpu/gate_stability.py --out "$OUT/stability.json" > "$OUT/stability.txt" 2>&1
 echo "[stability exit $?]"; tail -40 "$OUT/stability.txt"
 # the real CLI: build once, gate twice on two copies of the build cache (same engines)

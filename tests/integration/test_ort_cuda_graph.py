@@ -86,7 +86,9 @@ def test_a_graph_onnxruntime_refuses_is_timed_eagerly_and_says_why(tiny_onnx, tm
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])])
     path = tmp_path / "ctl.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime >= 1.14 reads (onnx 1.23 writes IR 14 by default; ORT 1.31 reads <= 13)
+    onnx.save(model, path)
     session = runtime.load(path, _engine(), RuntimeOptions(device="cuda"))
     try:
         timing = session.benchmark({"x": np.ones((2, 4), np.float32)}, warmup=1, iterations=5, time_budget_s=None)
