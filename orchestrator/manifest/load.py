@@ -173,6 +173,22 @@ def _noise_findings(manifest: Manifest, own_gates: Sequence[tuple[Path, GateSett
                 finding = Finding(path, message, hint)
                 if finding not in out:
                     out.append(finding)
+    # a matrix rule's gate over the target's over the model's: reported at the rule that sets one of the two keys
+    problems = {(key, message, hint) for gate in dict(manifest.rule_gates).values()
+                for key, message, hint in noise_threshold_problems(gate)}
+    for rpath, rule in own_gates:
+        if rpath[0] != "matrix":
+            continue
+        for key, message, hint in sorted(problems):
+            if getattr(getattr(rule, key[0]), key[1]) is not None:
+                where: tuple[str, ...] = key
+            elif rule.benchmark.max_spread_pct is not None:
+                where = ("benchmark", "max_spread_pct")
+            else:
+                continue
+            rule_finding = Finding((*rpath, *where), message, hint)
+            if rule_finding not in out:
+                out.append(rule_finding)
     return out
 
 

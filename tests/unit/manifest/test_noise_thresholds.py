@@ -69,3 +69,10 @@ def test_thresholds_the_gate_can_judge_are_kept(load, model_gate, target_gate):
 def test_the_default_layer_is_checked_for_the_models_that_take_it(load):
     (p,) = problems(load, manifest(default_bench="{max_regression_pct: 2}"))
     assert p.path == "defaults.gate.benchmark.max_regression_pct" and "2% is below max_spread_pct 10%" in p.message
+
+
+def test_a_matrix_rule_that_sets_a_threshold_inside_the_noise_is_refused_at_the_rule(load):
+    text = manifest() + "matrix:\n  include:\n    - {model: s, gate: {benchmark: {max_regression_pct: 4}}}\n"
+    (p,) = problems(load, text)
+    assert p.path == "matrix.include[0].gate.benchmark.max_regression_pct"
+    assert "max_regression_pct 4% is below max_spread_pct 10%" in p.message
