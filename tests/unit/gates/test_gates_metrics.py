@@ -197,3 +197,21 @@ def test_float32_metrics_agree_with_float64_to_far_under_every_default():
             math.sqrt(float((b * b).sum())), math.sqrt(b.size) * tol.atol), rel=1e-6)
         assert fast.mean_abs_error == pytest.approx(float(diff.mean()), rel=1e-6)
         assert fast.max_abs_error == pytest.approx(float(diff.max()), rel=2 ** -23)
+
+
+def test_fp32_outputs_are_compared_without_float64_copies():
+    """Issue 24 (gate overhead): the comparison of two float32 outputs allocates float32 work arrays only — about
+    three output-sized buffers (|a-b|, the budget, one product at a time) — where float64 copies of both outputs and
+    float64 work arrays took over eight (memory, not time: the same on any machine)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    ref = rng.random((4, 1, 480, 480), dtype=np.float32)
+    eng = ref + np.float32(1e-4)
+    tracemalloc.start()
+    try:
+        compare_output("y", [(eng, ref)], DEFAULT_TOLERANCES["fp16"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * ref.nbytes, peak / ref.nbytes
