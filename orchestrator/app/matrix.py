@@ -20,6 +20,7 @@ from orchestrator.app.pipeline import gate_reports, registry_index, runtime_reas
 from orchestrator.app.project import Project
 from orchestrator.contracts.store import IndexEntry
 from orchestrator.core.artifact import gate_status
+from orchestrator.core.gpu_parity import parity_caveat, parity_device
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.query import select
 from orchestrator.run.executor import read_result
@@ -174,6 +175,11 @@ def report_cells(project: Project) -> list[Report]:
             parity, bench = gate_reports(project, cell)
         if parity:
             entry["parity"], entry["reasons"] = _parity_view(parity)
+        # a reduced precision judged on a CPU only: no evidence for its numerics on a GPU (issue 23.16)
+        judged_on = parity_device(cell.target.device, parity["status"] if parity else None)
+        caveat = parity_caveat(cell.precision.name, cell.target.device, parity["status"]) \
+            if parity and judged_on == "cpu" else None
+        entry["caveats"] = [caveat] if caveat else []
         if bench:
             entry["benchmark"] = bench["verdict"]
         for section in ("memory", "soak"):  # the memory gate at the max shape, and the soak (run.gate)

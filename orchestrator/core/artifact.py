@@ -14,7 +14,8 @@ Shape (abridged)::
      "profiles": ["default"], "target": {"name", "compute_capabilities", "hardware_compatibility", "device",
      "version_compatible"}, "builder": {"name", "version"}, "runtime": "<runtime plugin>", "build_key": "<hex>",
      "key_inputs": {...}, "engine": {"digest": "sha256:...", "size", "filename", "media_type"},
-     "runner": RunnerFingerprint.to_json(), "gates": {"parity", "benchmark", "status", "ungated_publish_allowed"},
+     "runner": RunnerFingerprint.to_json(),
+     "gates": {"parity", "benchmark", "status", "ungated_publish_allowed", "parity_device"?, "caveats"?},
      "timings": {"build_seconds", ...}, "manifest": {"path", "git_commit"}, "created_at",
      "provenance": {in-toto Statement v1},
      # added by the store when publishing:
@@ -194,6 +195,8 @@ class GateSummary:
     ungated_publish_allowed: bool = False
     key: str = ""  # the cell's gate key (``core.gatekeys``) the verdicts were given under
     key_inputs: Mapping[str, Any] | None = None
+    parity_device: str | None = None  # "cpu" / "gpu": where the parity verdict was given (core.gpu_parity)
+    caveats: tuple[str, ...] = ()  # what the verdicts do not show (a reduced precision judged on a CPU only)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -205,6 +208,10 @@ class GateSummary:
         if self.key:
             out["key"] = self.key
             out["key_inputs"] = _plain(dict(self.key_inputs or {}))
+        if self.parity_device is not None:
+            out["parity_device"] = self.parity_device
+        if self.caveats:
+            out["caveats"] = list(self.caveats)
         return out
 
 

@@ -288,6 +288,9 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.allow_ungated_publish": _none(
         "a publishing policy, recorded in the published metadata: it decides whether an unpassed verdict may be "
         "published, not what the verdict is"),
+    "models[].gate.require_gpu_parity": _none(
+        "a publishing policy (core.gpu_parity): it holds back GPU engines of the listed precisions that have no "
+        "parity verdict from a GPU; it decides whether an engine may be published, not what any verdict is"),
     "models[].classifier_outputs.*": _gate(
         "the k of top-k agreement for a classifier output (gate_inputs.parity.classifier_outputs)", _PARITY_CELLS),
     # --- targets ------------------------------------------------------------------------------------------------

@@ -173,6 +173,8 @@ class GateSettings:
     drift: DriftGate = field(default_factory=DriftGate)
     # Publishing an engine whose gates did not pass (or are pending) must be allowed explicitly; recorded.
     allow_ungated_publish: bool = False
+    # reduced precisions whose GPU engines need a parity verdict given on a GPU before publishing (core.gpu_parity)
+    require_gpu_parity: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

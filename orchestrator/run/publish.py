@@ -15,6 +15,7 @@ from orchestrator.contracts.store import ArtifactFiles, Attachment
 from orchestrator.core.artifact import GateSummary, gate_status
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.gatekeys import DRIFT_OUTPUTS_FILE as OUTPUTS_FILE
+from orchestrator.core.gpu_parity import gpu_parity_hold, parity_caveat, parity_device
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.metadata import engine_file, new_metadata, utc_now
@@ -117,6 +118,11 @@ def step_publish(task: StepTask) -> StepOutcome:
     if status == "pending" and payload.failed_input and not payload.force:
         return StepOutcome(status="skipped", reason=f"not published ungated: {payload.failed_input} (see "
                                                     "`orchestrate report`; --force publishes anyway and records it)")
+    parity_status = parity["status"] if parity else None
+    device, precision = cell.target.device, cell.precision.name
+    hold = gpu_parity_hold(precision, device, parity_status, model.gate.require_gpu_parity)
+    if hold and not payload.force:  # CPU parity is no evidence for GPU numerics (issue 23.16)
+        return StepOutcome(status="pending", reason=f"not published: gate pending — {hold}")
     if status == "pending" and not (allowed or payload.force):
         return StepOutcome(status="pending", reason="not published: gate pending — gate it on a runner that can "
                                                     "run it, or set gate.allow_ungated_publish in the manifest")
@@ -143,7 +149,9 @@ def step_publish(task: StepTask) -> StepOutcome:
         key_inputs=cell.key_inputs, engine=descriptor,
         runtime=payload.runtime, runner=RunnerFingerprint.from_json(build["runner"]),
         gates=GateSummary(status=status, parity=parity, benchmark=bench, ungated_publish_allowed=status != "passed",
-                          key=cell.gate_key, key_inputs=cell.gate_inputs),
+                          key=cell.gate_key, key_inputs=cell.gate_inputs,
+                          parity_device=parity_device(device, parity_status),
+                          caveats=tuple(c for c in (parity_caveat(precision, device, parity_status),) if c)),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
         calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"))

@@ -124,6 +124,7 @@ def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[st
         ("gates", gates.get("status")), ("runner", meta["runner"].get("gpus") or "no GPU"),
         ("manifest", meta["manifest"]), ("published", meta.get("published_at"))]
     lines += _caches_lines(meta)
+    lines += [("caveat", c) for c in gates.get("caveats") or ()]  # what the verdicts do not show (issue 23.16)
     for label, value in lines:
         console.print(Text.assemble((f"{label:>11}", "bold"), "  ", clean(str(value))), highlight=False)
     for a in meta.get("attachments") or ():

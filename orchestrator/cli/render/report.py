@@ -13,6 +13,7 @@ Input: a list of *cells*, one per built engine (matrix cell), each a plain dict:
       "benchmark":   {...} | None,         # BenchmarkVerdict.to_json(), or None when not run
       "note":        "built on a CPU runner; needs sm89 to gate",   # optional, shown under the status
       "reasons":     ["build failed: ..."],  # optional: reasons beyond the verdicts' own (build errors, ...)
+      "caveats":     ["fp16 parity was judged on a CPU only ..."],  # optional: what the verdicts do not show
     }
 
 Rows are model × precision × profile set, columns are targets (first-seen order). A cell shows its status
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.atomic import write_bytes_atomic
+from orchestrator.contracts.runtime import DEVICE_CLOCKS
+from orchestrator.gates.verdict import shape_gated_series
 
 STATUS_COLOURS = {
     "passed": ("#1a7f37", "#dafbe1"),
@@ -102,11 +105,13 @@ def parity_by_output(parity: dict | None) -> list[dict]:
 def cell_summary(cell: dict) -> dict:
     """What the grid shows for one cell (pure; used by the HTML, the JSON and the rich table)."""
     shape = _gated_shape(cell.get("benchmark"))
-    series = None
+    series = e2e = None
     samples: list[float] = []
-    if shape:
-        series = shape.get("end_to_end") or shape.get("compute")
-        samples = list(shape.get("end_to_end_samples_ms") or shape.get("compute_samples_ms") or [])
+    gated = shape_gated_series(shape) if shape else None
+    if shape and gated:
+        series = shape.get(gated)
+        samples = list(shape.get(f"{gated}_samples_ms") or [])
+        e2e = shape.get("end_to_end") if gated == "compute" else None  # reported beside the device series
     outputs = parity_by_output(cell.get("parity"))
     worst = max(outputs, key=lambda o: (math.isnan(o["max_abs_error"]), o["max_abs_error"]), default=None)
     bench = cell.get("benchmark") or {}
@@ -122,7 +127,10 @@ def cell_summary(cell: dict) -> dict:
         "status": str(cell.get("status", "pending")),
         "p50_ms": series.get("p50_ms") if series else None,
         "p95_ms": series.get("p95_ms") if series else None,
-        "series": ("end-to-end" if shape and shape.get("end_to_end") else "compute") if shape else None,
+        "series": ("end-to-end" if gated == "end_to_end" else "device" if str(shape.get("clock")) in DEVICE_CLOCKS
+                   else "compute") if shape and gated else None,
+        "end_to_end_p50_ms": e2e.get("p50_ms") if e2e else None,
+        "end_to_end_spread_pct": e2e.get("spread_pct") if e2e else None,
         "shape_label": shape.get("label") if shape else None,
         "worst_output": worst["name"] if worst else None,
         "worst_max_abs": worst["max_abs_error"] if worst else None,
@@ -131,6 +139,7 @@ def cell_summary(cell: dict) -> dict:
         "spread_pct": series.get("spread_pct") if series else None,
         "reasons": reasons,
         "note": note,
+        "caveats": [str(c) for c in cell.get("caveats") or ()],
         "why": note or (reasons[0] if reasons else None),
         "drift": drift,
         "task": task_summary(cell.get("parity")),
@@ -511,6 +520,8 @@ def summary_table(cells: Iterable[dict]):
         s = cell_summary(cell)
         fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
         why = "" if s["status"] == "passed" and not s["note"] else (s["why"] or "")
+        if not why and s["caveats"]:
+            why = "caveat: " + s["caveats"][0]
         rows.append((escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
                      escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
                      f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),
