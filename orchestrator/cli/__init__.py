@@ -35,6 +35,7 @@ COMMANDS = {
     "retention": "orchestrator.cli.registry_cmds:retention",
     "report": "orchestrator.cli.report_cmds:report",
     "ci": "orchestrator.cli.ci_cmds:ci",
+    "identify": "orchestrator.cli.trust_cmds:identify",
 }
 
 
