@@ -17,11 +17,15 @@ from typing import Any, Protocol, runtime_checkable
 from orchestrator.core.artifact import IndexEntry
 
 __all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "EmptyIndex", "IndexEntry", "IndexReader", "Store",
-           "StoredArtifact", "CACHE_ROLES"]
+           "StoredArtifact", "CACHE_ROLES", "ATTACHMENT_ROLES", "SIGNATURE_ROLE", "ReferrerWriter"]
 
 # Attachment roles beside "log" and "extra": caches published with the engines they built (metadata ``caches``
 # links them by digest). A record is identified by its record key (``core.keys.record_key``: build key + gate key).
 CACHE_ROLES = ("calibration-cache", "timing-cache")
+# The signed provenance (a DSSE envelope, or a signer's document carrying one: ``contracts.signer``), published with
+# its engine like a cache and read back with ``AttachmentReader.get_attachment``.
+SIGNATURE_ROLE = "signature"
+ATTACHMENT_ROLES = (*CACHE_ROLES, SIGNATURE_ROLE)
 
 
 class IndexReader(Protocol):
@@ -45,7 +49,8 @@ class EmptyIndex:
 
 @dataclass(frozen=True)
 class Attachment:
-    """A file published with an engine under a role (one of ``CACHE_ROLES``) and a name unique in its record."""
+    """A file published with an engine under a role (one of ``ATTACHMENT_ROLES``) and a name unique in its
+    record."""
 
     path: Path
     role: str
@@ -105,4 +110,15 @@ class AttachmentReader(Protocol):
     def get_attachment(self, record: StoredArtifact, name: str, dest: Path) -> Path:
         """Write the attachment ``name`` of ``record`` to ``dest`` (atomically), verifying its sha256 against the
         record; ``ArtifactNotFoundError`` when the record has no such attachment."""
+        ...
+
+
+@runtime_checkable
+class ReferrerWriter(Protocol):
+    """A store that can also hang a file on a published record the way its registry's own tools look for it (the
+    OCI store: a referrer manifest whose ``subject`` is the record's manifest, with ``artifactType``, found by
+    ``oras discover`` and the referrers API). Optional: the attachment in the record is what ``pull`` reads."""
+
+    def put_referrer(self, record: StoredArtifact, path: Path, artifact_type: str) -> str:
+        """Publish ``path`` as a referrer of ``record`` (idempotent); returns where it is."""
         ...

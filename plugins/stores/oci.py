@@ -104,6 +104,7 @@ from orchestrator.metadata import (
     utc_now,
     validate_metadata,
 )
+from trt_orchestrator_plugins.stores import _referrers
 from trt_orchestrator_plugins.stores._atomic import DestinationError, atomic_writer, write_error
 from trt_orchestrator_plugins.stores._records import (
     cache_mismatch,
@@ -123,7 +124,8 @@ EXTRA_MEDIA_TYPE = "application/vnd.trt-orchestrator.file.v1"
 CALIBRATION_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.calibration-cache.v1"
 TIMING_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.timing-cache.v1"
 ROLE_MEDIA_TYPES = {"log": LOG_MEDIA_TYPE, "extra": EXTRA_MEDIA_TYPE,
-                    "calibration-cache": CALIBRATION_CACHE_MEDIA_TYPE, "timing-cache": TIMING_CACHE_MEDIA_TYPE}
+                    "calibration-cache": CALIBRATION_CACHE_MEDIA_TYPE, "timing-cache": TIMING_CACHE_MEDIA_TYPE,
+                    "signature": "application/vnd.dsse.envelope.v1+json"}  # the signed provenance (docs/trust.md)
 TITLE = "org.opencontainers.image.title"
 ANN = "io.trt-orchestrator."
 BK_TAG = "bk-"
@@ -931,6 +933,17 @@ class OciStore:
         except DestinationError as e:
             raise write_error(f"the {what} of {address}", e) from None
         return dest
+
+    def put_referrer(self, record: StoredArtifact, path: Path, artifact_type: str) -> str:
+        """Hang ``path`` (the signed provenance) on ``record``'s manifest as an OCI referrer (``_referrers``)."""
+        self._check_api()
+        repo = self._repo(str(record.metadata["model"]["name"]))
+        art = self._resolve(repo, BK_TAG + record_id(record.metadata))
+        if art is None or not art.raw:
+            raise ArtifactNotFoundError(f"{record.metadata.get('address')}: no record to refer to in "
+                                        f"{self.host}/{repo}")
+        ref = _referrers.put_referrer(self, repo, art.manifest_digest, len(art.raw), Path(path), artifact_type)
+        return f"{self.host}/{repo}@{ref}"
 
     def records(self, model: str | None = None) -> list[StoredArtifact]:
         """Newest first. One repository per model, so asking for a model reads only that repository."""
