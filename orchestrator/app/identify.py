@@ -86,7 +86,8 @@ def unknown_identity(head: bytes, blob: Blob) -> Identity:
                                "file whose header is gone, or a format no identifier knows"})
 
 
-def identify_blob(blob: Blob, depth: int = 0) -> list[Identity]:
+def _layers(blob: Blob, depth: int = 0) -> list[tuple[Identity, Blob]]:
+    """Each layer with the bytes it was identified from, outermost first."""
     head = blob.read(0, HEAD_BYTES)
     for identifier in plugins.identifiers():
         found = identifier.identify(head, blob)
@@ -94,11 +95,15 @@ def identify_blob(blob: Blob, depth: int = 0) -> list[Identity]:
             continue
         found = Identity(found.kind, found.summary, found.facts, found.unknown, found.problems, found.runtime,
                          found.builder_version, found.inner, identifier=str(identifier.name))
-        layers = [found]
+        layers = [(found, blob)]
         if found.inner is not None and depth < MAX_DEPTH:
-            layers += identify_blob(_inner_blob(blob, found.inner), depth + 1)
+            layers += _layers(_inner_blob(blob, found.inner), depth + 1)
         return layers
-    return [unknown_identity(head, blob)]
+    return [(unknown_identity(head, blob), blob)]
+
+
+def identify_blob(blob: Blob) -> list[Identity]:
+    return [identity for identity, _ in _layers(blob)]
 
 
 def _inner_blob(outer: Blob, inner: Inner) -> Blob:
@@ -123,6 +128,18 @@ def identify_file(path: str | os.PathLike[str]) -> Identified:
         return Identified(str(path), tuple(identify_blob(FileBlob(str(path), p, 0, size))))
     except OSError as e:
         return Identified(str(path), (), f"cannot read {path}: {e.strerror or e}")
+
+
+def identify_engine(path: str | os.PathLike[str]) -> tuple[Identified, Blob | None]:
+    """``identify_file``, and the bytes of the innermost layer a runtime runs (the plan behind a prefix, the engine
+    inside an EPContext model), or None when no layer is runnable (``adopt`` registers those bytes alone)."""
+    found = identify_file(path)
+    if found.error or found.engine is None:
+        return found, None
+    p = Path(path)
+    pairs = _layers(FileBlob(str(path), p, 0, p.stat().st_size))
+    runnable = [blob for identity, blob in pairs if identity.runtime]
+    return found, (runnable[-1] if runnable else None)
 
 
 def identify(paths: list[str]) -> list[Identified]:

@@ -36,6 +36,7 @@ COMMANDS = {
     "report": "orchestrator.cli.report_cmds:report",
     "ci": "orchestrator.cli.ci_cmds:ci",
     "identify": "orchestrator.cli.trust_cmds:identify",
+    "adopt": "orchestrator.cli.trust_cmds:adopt",
 }
 
 

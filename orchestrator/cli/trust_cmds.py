@@ -5,8 +5,18 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
+from orchestrator.app import adopt as adopt_verb
 from orchestrator.app import identify as identify_verb
-from orchestrator.cli.common import console, console_err, json_option, print_json
+from orchestrator.app.project import load_project
+from orchestrator.cli.common import (
+    cache_option,
+    console,
+    console_err,
+    json_option,
+    manifests_argument,
+    print_json,
+    require_manifests,
+)
 from orchestrator.cli.plan_cmds import one_line
 from orchestrator.errors import ExitCode
 
@@ -57,3 +67,46 @@ def identify(files, as_json):
             render_identified(f)
     if any(f.error for f in found):
         raise SystemExit(int(ExitCode.ERROR))
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@manifests_argument
+@click.option("--model", required=True, help="The manifest's model the engine was built from (its ONNX is the parity "
+                                             "reference).")
+@click.option("--target", required=True, help="The manifest's target whose runtime runs the engine.")
+@click.option("--precision", default=None, help="The cell's precision, when the model has several on that target.")
+@click.option("--profile", default=None, help="The cell's profile set, when there are several.")
+@click.option("--as-cell", "as_cell", default=None, metavar="ADDR",
+              help="Stand for this plan cell (its address and build key): only when the builder version and compute "
+                   "capabilities read from the engine are the cell's. Without it the engine never satisfies a cell.")
+@json_option
+@cache_option
+def adopt(file, manifests, model, target, precision, profile, as_cell, as_json, cache_dir):
+    """Gate an engine built elsewhere (a TensorRT or TensorRT-RTX plan, an Ultralytics export, an EPContext model, an
+    onnxruntime-optimized ONNX) like one built here — parity against the model's ONNX on the manifest's parity data,
+    the task metric, the benchmark where this runner can run it — and register it in the manifest's registry, marked
+    adopted, under its own address (…@adopted-<digest>) unless pinned with --as-cell.
+
+    Exit status: 0 registered (gates passed, or pending where the manifest allows ungated publishing); 3 a gate
+    failed (the failing output named; nothing registered); 1 it cannot be gated here and the manifest does not allow
+    ungated publishing, or another error; 2 a usage error (not an engine, wrong target, --as-cell mismatch)."""
+    project = load_project(require_manifests(manifests), cache_dir=cache_dir)
+    result = adopt_verb.adopt(project, file, model=model, target=target, precision=precision, profile=profile,
+                              as_cell=as_cell)
+    code = ExitCode.GATE_FAILED if result.status == "failed" else ExitCode.OK
+    if as_json:
+        print_json({**result.to_json(), "exit_code": int(code)})
+        raise SystemExit(int(code))
+    layers = " > ".join(x.kind for x in result.identified.layers)
+    if result.status == "failed":
+        console_err().print(Text(f"✗ {one_line(str(file))} ({layers}) refused for {one_line(result.address)}: "
+                                 "a gate failed; nothing registered", style="red"), highlight=False)
+        for r in result.reasons:
+            console_err().print(Text(f"  {one_line(r)}", style="red"), highlight=False)
+        raise SystemExit(int(code))
+    console().print(Text(f"adopted {one_line(str(file))} ({layers}) as {one_line(result.address)}: gates "
+                         f"{result.gates}, {result.stored.digest[:19] if result.stored else ''}"
+                         + (" (pinned to the cell)" if result.pinned else "")))
+    for r in result.reasons:
+        console_err().print(Text(f"  {one_line(r)}", style="yellow"), highlight=False)
