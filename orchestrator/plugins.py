@@ -21,7 +21,9 @@ from typing import Any, Union
 
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
+from orchestrator.contracts.identify import Identifier
 from orchestrator.contracts.runtime import Runtime, TritonBackend
+from orchestrator.contracts.signer import Signer
 from orchestrator.contracts.store import ExistenceCheck, IndexReader, Store
 from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
@@ -37,6 +39,8 @@ RUNTIMES = "trt_orchestrator.runtimes"
 STORES = "trt_orchestrator.stores"
 CI = "trt_orchestrator.ci"
 TASKS = "trt_orchestrator.tasks"
+IDENTIFIERS = "trt_orchestrator.identifiers"
+SIGNERS = "trt_orchestrator.signers"
 
 DEFAULT_STORE = "local"
 OCI_STORE = "oci"  # the store an oci:// registry URL names
@@ -52,6 +56,9 @@ _REQUIRED: dict[str, dict[str, str]] = {
     STORES: {},  # a factory: checked as callable below
     CI: {"name": "attr", "max_shards": "attr", "render": "callable"},
     TASKS: {"name": "attr", "metrics": "attr", "evaluate": "callable"},
+    IDENTIFIERS: {"name": "attr", "order": "attr", "identify": "callable"},
+    SIGNERS: {"name": "attr", "media_type": "attr", "filename": "attr", "available": "callable",
+              "accepts": "callable", "sign": "callable", "verify": "callable"},
 }
 
 
@@ -138,6 +145,28 @@ def task(kind: str) -> TaskMetric:
     """The task-metric plugin of a manifest's ``models[].task.kind``."""
     plugin: TaskMetric = load(TASKS, kind)
     return plugin
+
+
+def identifiers() -> list[Identifier]:
+    """Every installed identifier, in the order they are asked (``order``, then name)."""
+    found: list[Identifier] = [load(IDENTIFIERS, name) for name in names(IDENTIFIERS)]
+    return sorted(found, key=lambda i: (int(i.order), str(i.name)))
+
+
+def signer(name: str) -> Signer:
+    plugin: Signer = load(SIGNERS, name)
+    return plugin
+
+
+def signers() -> list[Signer]:
+    """Every installed signer plugin (one that fails to load is reported when it is named)."""
+    out = []
+    for name in names(SIGNERS):
+        try:
+            out.append(signer(name))
+        except PluginError:
+            continue
+    return out
 
 
 def builder_capabilities(name: str, version: str) -> BuilderCapabilities | None:

@@ -343,6 +343,9 @@ _EXPLICIT: dict[str, KeyRule] = {
                               "benchmark baseline from the registry is checked when a verdict is reused)")
        for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret",
                  "credentials.read_username_secret", "credentials.read_password_secret")},
+    **{f"registry.signing.{f}": _none("who signs an artifact's provenance at publish and what pull requires: a "
+                                      "statement about the engine, never an input to it (docs/trust.md)")
+       for f in ("signer", "key", "require")},
     **{path: _none("a runner pool the team has: it marks cells blocked when no pool can run them, never what is "
                    "built or judged")
        for path in ("runners[].labels", "runners[].compute_capability", "runners[].gpu", "runners[].tensorrt",

@@ -359,12 +359,22 @@ class RegistryCredentials:
 
 
 @dataclass(frozen=True)
+class SigningConfig:
+    """``registry.signing``: who signs each artifact's provenance at publish, and what deployments require."""
+
+    signer: str = "ed25519"  # a signer plugin (``trt_orchestrator.signers``)
+    key: str | None = None  # the private key at publish: ``env:NAME`` or ``file:PATH`` (None: keyless)
+    require: str | None = None  # pull / export triton default for --require-signature (a key, env:, an identity)
+
+
+@dataclass(frozen=True)
 class RegistryConfig:
     store: str | None = None  # store plugin name; None: the default store (``orchestrator.plugins``)
     path: str | None = None  # local store directory (absolute)
     url: str | None = None  # oci: host[:port]/repository-prefix
     insecure: bool = False
     credentials: RegistryCredentials | None = None
+    signing: SigningConfig | None = None  # None: artifacts are published unsigned
 
 
 @dataclass(frozen=True)

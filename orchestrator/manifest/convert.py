@@ -37,6 +37,7 @@ from orchestrator.core.model import (
     RegistryCredentials,
     RunnerLabels,
     RunnerPool,
+    SigningConfig,
     SourceModel,
     Target,
     TaskSpec,
@@ -513,4 +514,24 @@ def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> Registr
                                     "GHCR needs no credentials (the workflow uses GITHUB_TOKEN); name your own "
                                     "secret otherwise, e.g. REGISTRY_TOKEN"))
     return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False),
-                          credentials=credentials)
+                          credentials=credentials, signing=_signing(raw.get("signing"), base_dir, findings))
+
+
+def _signing(raw: dict | None, base_dir: str, findings: list[Finding]) -> SigningConfig | None:
+    """``registry.signing``: a key-based signer needs its key; relative key and public-key files are the
+    manifest's."""
+    if not isinstance(raw, dict):
+        return None
+    signer = raw.get("signer", "ed25519")
+    key = raw.get("key")
+    if key and key.startswith("file:"):
+        key = "file:" + _abs(base_dir, key[5:])
+    require = raw.get("require")
+    if require and not require.startswith(("env:", "https://")):
+        spec = require[5:] if require.startswith("file:") else require
+        require = "file:" + _abs(base_dir, spec)
+    if signer == "ed25519" and not key and "require" not in raw:
+        findings.append(Finding(("registry", "signing"), "the ed25519 signer needs a key to sign with",
+                                "key: env:ORCH_SIGNING_KEY (the PEM private key in that variable), or only "
+                                "require: PUBLIC_KEY to verify what others signed"))
+    return SigningConfig(signer=signer, key=key, require=require)

@@ -20,6 +20,7 @@ from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.metadata import engine_file, new_metadata, utc_now
 from orchestrator.run.executor import StepOutcome, StepTask, read_gate_report
+from orchestrator.run.signing import attach_referrer, sign_statement
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,12 @@ def step_publish(task: StepTask) -> StepOutcome:
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
         calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"))
+    signed = sign_statement(meta, payload.registry, task.out_dir)  # registry.signing (docs/trust.md)
+    if signed is not None:
+        attachments += (signed.attachment,)
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
-    stored = plugins.open_store(payload.registry).put(ArtifactFiles(engine=engine, metadata=meta, log=log,
-                                                                    extra=extras, attachments=attachments))
+    store = plugins.open_store(payload.registry)
+    stored = store.put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras, attachments=attachments))
+    attach_referrer(store, stored, signed)
     return StepOutcome(data={"digest": stored.digest, "location": stored.location, "gates": status,
-                             "build_key": cell.build_key})
+                             "build_key": cell.build_key, "signed_by": signed.signer if signed else None})

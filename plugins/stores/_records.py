@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles
+from orchestrator.contracts.store import ATTACHMENT_ROLES, CACHE_ROLES, ArtifactFiles
 from orchestrator.core.keys import record_key
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, InvalidMetadataError, StoreError
 from orchestrator.metadata import validate_metadata
@@ -65,14 +65,16 @@ def _name_problem(name: str) -> str | None:
 
 
 def check_attachments(files: ArtifactFiles) -> None:
-    """Cache attachments: a known role and a plain file name unique in the record (logs and extras included)."""
+    """Attachments (caches, the signed provenance): a known role and a plain file name unique in the record (logs
+    and extras included)."""
     address = files.metadata.get("address")
     names = [n for n in ([files.log.name] if files.log is not None else []) + [p.name for p in files.extra]]
     for a in files.attachments:
-        if a.role not in CACHE_ROLES:
+        if a.role not in ATTACHMENT_ROLES:
             raise StoreError(f"{address}: attachment {a.name!r} has role {a.role!r}, not one of "
-                             f"{', '.join(CACHE_ROLES)}",
-                             hint="logs and extra files go in ArtifactFiles.log / .extra; attachments are caches")
+                             f"{', '.join(ATTACHMENT_ROLES)}",
+                             hint="logs and extra files go in ArtifactFiles.log / .extra; attachments are caches "
+                                  "and the signed provenance")
         problem = _name_problem(a.name)
         if problem:
             raise StoreError(f"{address}: attachment name {a.name!r} {problem}",

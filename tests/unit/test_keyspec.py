@@ -347,7 +347,8 @@ matrix:
     - {{model: seg, target: l4, gate: {{parity: {{data: {{seed: 11}}}}}}}}   # random parity data: the seed matters
 registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
            credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,
-                          read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}}}}
+                          read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}},
+           signing: {{signer: ed25519, key: "env:ORCH_SIGNING_KEY", require: "env:ORCH_SIGNING_PUB"}}}}
 runners:
   - {{labels: [self-hosted, l4], compute_capability: "8.9", gpu: NVIDIA L4, tensorrt: "10.13.3.9",
      tensorrt_rtx: "1.2.0.54"}}
