@@ -249,6 +249,12 @@ def _judge(fp: RunnerFingerprint, spec: RuntimeSpec | None, precision: str | Non
     return judge
 
 
+def _precision(art: StoredArtifact) -> str:
+    """The ranking's precision of a candidate: among engines that fit equally well, the most precise wins
+    (``core.select.PRECISION_ORDER``), so `pull` without `--precision` is predictable."""
+    return str(art.metadata.get("precision") or "")
+
+
 def _declared_platform(text: str) -> str:
     try:
         return normalize_platform(text)
@@ -349,7 +355,7 @@ def pull(model: str, *, registry: RegistryConfig, version: str | None = None, pr
         fp = replace(fp, gpus=declared_gpu.gpus)
     store = plugins.open_store(registry)
     wanted, found = candidates(store, model, version)
-    ranking = rank_candidates(found, _judge(fp, spec, precision, profile, lean))
+    ranking = rank_candidates(found, _judge(fp, spec, precision, profile, lean), precision_of=_precision)
     if ranking.best is None:
         raise NoCompatibleEngineError(
             f"no published engine of {model} {wanted} can run on this runner ({fp.describe()}"
@@ -469,7 +475,7 @@ def choose_per_gpu(found: Sequence[tuple[str, StoredArtifact]], model: str, fp: 
             why = veto(art) if veto is not None else None
             return Compat.no(why) if why else judged(art)
 
-        ranking = rank_candidates(found, judge_one)
+        ranking = rank_candidates(found, judge_one, precision_of=_precision)
         if ranking.best is None:
             missing.append(MissingGpu(model, gpu.compute_capability, ranking.rejected))
             continue
