@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.core.artifact import IndexEntry
 
-__all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "EmptyIndex", "IndexEntry", "IndexReader", "Store",
-           "StoredArtifact", "CACHE_ROLES"]
+__all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "EmptyIndex", "IndexEntry", "IndexReader",
+           "RecordKeyIndex", "Store", "StoredArtifact", "CACHE_ROLES"]
 
 # Attachment roles beside "log" and "extra": caches published with the engines they built (metadata ``caches``
 # links them by digest). A record is identified by its record key (``core.keys.record_key``: build key + gate key).
@@ -32,6 +32,17 @@ class IndexReader(Protocol):
     def state_token(self) -> str: ...
 
 
+@runtime_checkable
+class RecordKeyIndex(Protocol):
+    """An index that names every record it holds (the built-in ones do): ``plan`` then sees a record that is not
+    the newest at its address (a model version published again after a newer one) as published. An index without
+    it is planned against its newest record per address alone."""
+
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> the engine digest of that record."""
+        ...
+
+
 @dataclass(frozen=True)
 class EmptyIndex:
     """No registry yet: every cell plans as ``+ build``."""
@@ -41,6 +52,9 @@ class EmptyIndex:
 
     def state_token(self) -> str:
         return "empty"
+
+    def record_digests(self) -> dict[str, str]:
+        return {}
 
 
 @dataclass(frozen=True)

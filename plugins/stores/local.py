@@ -273,6 +273,10 @@ class LocalIndex:
     def state_token(self) -> str:
         return self._token
 
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> its engine digest (``contracts.store.RecordKeyIndex``)."""
+        return {key: str(rec["digest"]) for key, rec in self._data["artifacts"].items()}
+
 
 class LocalStore:
     name = "local"
