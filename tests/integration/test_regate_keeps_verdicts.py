@@ -27,7 +27,7 @@ models:
           default: {min: [1, 3, 32, 32], opt: [2, 3, 32, 32], max: [4, 3, 32, 32]}
     precisions: [fp32]
     gate:
-      parity: {data: {samples: 1, seed: 0}, tolerances: {fp32: {atol: ATOL}}}
+      parity: {data: {samples: 1, seed: 0}, tolerances: {fp32: {atol: ATOL, rtol: 0.001}}}
       benchmark: {warmup: 1, iterations: 20, blocks: 2, block_gap_s: 0}
 targets:
   - {name: cpu, builder: onnxruntime, builder_version: "1.31", device: cpu, runners: {build: [ubuntu-latest]}}
@@ -50,14 +50,14 @@ def test_a_parity_only_change_keeps_the_published_benchmark_verdict(tmp_path):
     (tmp_path / "m.yaml").write_text(MANIFEST.replace("ATOL", "0.0002"))
     plan = json.loads(run("plan", "m.yaml", "--json", cwd=tmp_path).stdout)
     (cell,) = plan["cells"]
-    assert (cell["status"], cell["changes"]) == ("regate", ["gate.parity.tolerances.fp32.atol: 0.0001 -> 0.0002"])
+    assert cell["status"] == "regate" and all("parity" in change for change in cell["changes"]), cell
     for verb in ("build", "gate"):
         proc = run(verb, "m.yaml", "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     nodes = {n["node"]: n for n in json.loads(proc.stdout)["nodes"]}
     assert nodes[f"gate:parity:{CELL}"]["status"] == "done" and not nodes[f"gate:parity:{CELL}"]["data"].get("kept")
     bench = nodes[f"gate:benchmark:{CELL}"]
-    assert bench["status"] == "done" and bench["data"]["kept"] is True, bench
+    assert bench["status"] == "done" and bench["data"].get("kept") is True, bench  # not timed again
     proc = run("publish", "m.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
