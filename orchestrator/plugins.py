@@ -107,7 +107,60 @@ def load(group: str, name: str) -> Any:
 
 def builder(name: str) -> Builder:
     plugin: Builder = load(BUILDERS, name)
+    check_builder_slugs()
     return plugin
+
+
+@cache
+def check_builder_slugs() -> None:
+    """Two installed builders with one address slug would give their cells the same addresses (``sm89+trt10.13``):
+    refused when builders are loaded, naming both plugins, before any address is made from a slug."""
+    seen: dict[str, str] = {}
+    for name in names(BUILDERS):
+        try:
+            slug = str(load(BUILDERS, name).slug)
+        except PluginError:
+            continue  # reported where that builder is used
+        if slug in seen:
+            first = seen[slug]
+            raise PluginError(name, f"uses the address slug {slug!r}, which builder {first!r} "
+                                    f"({_distribution(BUILDERS, first)}) uses too", group=BUILDERS,
+                              hint=f"cell addresses would collide; uninstall one of {_distribution(BUILDERS, first)} "
+                                   f"and {_distribution(BUILDERS, name)}, or give one builder another slug")
+        seen[slug] = name
+
+
+def _distribution(group: str, name: str) -> str:
+    """The distribution (and version) an entry point comes from, for messages: ``onnx-copy-plugin 1.0.0``."""
+    dist = getattr(_entry_points(group)[name], "dist", None)
+    return f"{dist.metadata['Name']} {dist.version}" if dist is not None else f"the {name!r} plugin"
+
+
+def recipe(group: str, name: str) -> str:
+    """A builder's or transform's recipe version (a build-key input): its ``recipe`` attribute when it states one
+    (bumped whenever its output changes), else the version of the distribution it is installed from, so a new
+    release of a third-party plugin rebuilds what it built."""
+    stated = getattr(load(group, name), "recipe", None)
+    if stated is not None:
+        if not isinstance(stated, str) or not stated.strip():
+            raise PluginError(name, f"'recipe' must be a non-empty string, not {stated!r}", group=group,
+                              hint="a version you bump when the plugin's output changes, e.g. recipe = \"2\"")
+        return stated
+    dist = getattr(_entry_points(group)[name], "dist", None)
+    return str(dist.version) if dist is not None else ""
+
+
+def recipes() -> dict[str, str]:
+    """``builder:<name>`` / ``transform:<kind>`` -> the recipe version of every installed builder and transform
+    (``core.resolve.ResolveInputs.recipes``); a plugin that fails to load is left out (its cells are blocked)."""
+    out: dict[str, str] = {}
+    for group, prefix in ((BUILDERS, "builder"), (TRANSFORMS, "transform")):
+        for name in names(group):
+            try:
+                out[f"{prefix}:{name}"] = recipe(group, name)
+            except PluginError:
+                continue
+    return out
 
 
 def transform(kind: str) -> Transform:

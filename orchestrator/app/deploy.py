@@ -84,6 +84,12 @@ def no_compatible(message: str, candidates: Sequence[Candidate], hint: str) -> N
                                    candidates=[c.to_json() for c in candidates])
 
 
+def _precision(art: StoredArtifact) -> str:
+    """The ranking's precision of a candidate: among engines that fit equally well, the most precise wins
+    (``core.select.PRECISION_ORDER``), so `pull` without `--precision` is predictable."""
+    return str(art.metadata.get("precision") or "")
+
+
 def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
@@ -121,7 +127,7 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
     store = plugins.open_existing_store(registry)
     wanted, found = find_candidates(store, model, version, precision, profile)
     cpu = CpuRule(allow_cpu, ALLOW_CPU if allow_cpu else f"pass {ALLOW_CPU}") if declared_gpu is not None else None
-    ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu))
+    ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu), precision_of=_precision)
     if ranking.best is None:
         raise no_compatible(
             f"no published engine of {model} {wanted} can run on this runner ({fp.describe()}"
@@ -245,7 +251,7 @@ def choose_per_gpu(found: Sequence[tuple[str, StoredArtifact]], model: str, fp: 
             why = veto(art) if veto is not None else None
             return Compat.no(why) if why else judged(art)
 
-        ranking = rank_candidates(found, judge_one)
+        ranking = rank_candidates(found, judge_one, precision_of=_precision)
         if ranking.best is None:
             label = cc_label(gpu.compute_capability)
             missing.append(MissingGpu(model, gpu.compute_capability, explained(ranking.rejected, found, label)))

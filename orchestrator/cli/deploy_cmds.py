@@ -46,7 +46,9 @@ def _rejections(missing) -> None:
                    "every GPU in --gpus, one verified file per engine (what an init container runs).")
 @click.option("--gpus", multiple=True, metavar="CCS", help=GPUS_HELP.format(auto="; with --all, repeatable"))
 @click.option("--version", "version", default=None, help="A model version [default: latest].")
-@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
+@click.option("--precision", default=None,
+              help="fp32, fp16, bf16, int8 or fp8 [default: any; among engines that fit equally well the most "
+                   "precise wins: fp32, then fp16, bf16, int8, fp8].")
 @click.option("--profile", default=None, help="Profile set name.")
 @click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
 @click.option("--gpu-model", default=None, metavar="MODEL",

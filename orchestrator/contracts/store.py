@@ -22,8 +22,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.core.artifact import IndexEntry
 
 __all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "DamageKind", "DamagedRecord", "EmptyIndex",
-           "ExistenceCheck", "IndexEntry", "IndexReader", "Quarantined", "ReferrerWriter", "Store", "StoreChecker",
-           "StoredArtifact", "CACHE_ROLES", "ATTACHMENT_ROLES", "SIGNATURE_ROLE", "registry_note"]
+           "ExistenceCheck", "IndexEntry", "IndexReader", "Quarantined", "RecordKeyIndex", "ReferrerWriter", "Store",
+           "StoreChecker", "StoredArtifact", "CACHE_ROLES", "ATTACHMENT_ROLES", "SIGNATURE_ROLE", "registry_note"]
 
 # Attachment roles beside "log" and "extra": caches published with the engines they built (metadata ``caches``
 # links them by digest). A record is identified by its record key (``core.keys.record_key``: build key + gate key).
@@ -43,6 +43,17 @@ class IndexReader(Protocol):
     def state_token(self) -> str: ...
 
 
+@runtime_checkable
+class RecordKeyIndex(Protocol):
+    """An index that names every record it holds (the built-in ones do): ``plan`` then sees a record that is not
+    the newest at its address (a model version published again after a newer one) as published. An index without
+    it is planned against its newest record per address alone."""
+
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> the engine digest of that record."""
+        ...
+
+
 @dataclass(frozen=True)
 class EmptyIndex:
     """No registry yet: every cell plans as ``+ build``. ``note`` says why there is none (e.g. the local store's
@@ -55,6 +66,9 @@ class EmptyIndex:
 
     def state_token(self) -> str:
         return "empty"
+
+    def record_digests(self) -> dict[str, str]:
+        return {}
 
 
 def registry_note(index: IndexReader) -> str:

@@ -176,7 +176,9 @@ _EXPLICIT: dict[str, KeyRule] = {
     # --- models -------------------------------------------------------------------------------------------------
     "models[].name": _address("names the model's cells (model/precision/set@target); no key holds it"),
     "models[].version": _none("a release label recorded in the published metadata and node ids; engines are "
-                              "keyed by the model file's content (models[].source.path), not by its label"),
+                              "keyed by the model file's content (models[].source.path), not by its label; it is "
+                              "part of a record's identity (core.keys.record_key): a new version of an unchanged "
+                              "engine is published again (plan: + publish), never rebuilt"),
     "models[].source.path": _build("the model file, by content digest (with external data): key_inputs.model",
                                    _MODEL),
     "models[].source.sha256": _none("a pin the loader checks against the file; the file's digest is keyed "
@@ -295,7 +297,8 @@ _EXPLICIT: dict[str, KeyRule] = {
         "the k of top-k agreement for a classifier output (gate_inputs.parity.classifier_outputs)", _PARITY_CELLS),
     # --- targets ------------------------------------------------------------------------------------------------
     "targets[].name": _address("names the target in matrix rules and reports; cell addresses use its slug"),
-    "targets[].builder": _build("the builder plugin (key_inputs.builder.name; the address slug too)", _TARGET),
+    "targets[].builder": _build("the builder plugin (key_inputs.builder.name, and the recipe version the installed "
+                                "plugin states, key_inputs.builder.recipe; the address slug too)", _TARGET),
     "targets[].builder_version": _build("the exact builder version (key_inputs.builder.version)", _TARGET),
     "targets[].serve": _build("the serving stack: where builder_version is left out, the TensorRT it ships is the "
                               "builder version (key_inputs.builder.version); otherwise only checked against it",

@@ -88,8 +88,11 @@ class DataSource:
 
 @dataclass(frozen=True)
 class Tolerance:
-    atol: float
-    rtol: float
+    """An override of the parity tolerance: each field that is None inherits from the layer below (the precision's
+    default, then the model's override; docs/gates.md)."""
+
+    atol: float | None = None
+    rtol: float | None = None
     min_cosine: float | None = None
     max_rel_l2: float | None = None
     topk: int | None = None
@@ -120,6 +123,11 @@ class ParityGate:
     task_by_precision: dict[str, dict[str, float]] = field(default_factory=dict)
     # False: tensor tolerance failures are reported but do not fail the gate (the task metric is the contract)
     tensor: bool = True
+    # where each override of a cell's gate came from when a target's or matrix rule's gate is merged over the model's:
+    # "fp16" / "output:<name>" -> the layers that write it, e.g. "model:fp16 < target:cpu:fp16" (set by the manifest
+    # loader from the gates as written; the tolerances' ``source`` says it); absent: the model's own ("model:fp16",
+    # "output:<name>")
+    layers: dict[str, str] = field(default_factory=dict)
 
     def task_thresholds(self, precision: str) -> dict[str, float]:
         """The task thresholds an engine of ``precision`` is judged with: the model's, then the precision's."""

@@ -5,6 +5,7 @@ re-gates, exactly as a changed manifest override does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -62,9 +63,12 @@ def default_tolerance(precision: str) -> ResolvedTolerance:
 
 
 def apply_override(base: ResolvedTolerance, override: Tolerance, label: str) -> ResolvedTolerance:
-    """``override`` on top of ``base``: atol/rtol always, optional fields only where not None."""
-    changes: dict[str, Any] = {"atol": float(override.atol), "rtol": float(override.rtol),
-                     "source": f"{base.source} < {label}"}
+    """``override`` on top of ``base``: each field the override sets (not None); the others inherit ``base``'s."""
+    changes: dict[str, Any] = {"source": f"{base.source} < {label}"}
+    for name in ("atol", "rtol"):
+        value = getattr(override, name)
+        if value is not None:
+            changes[name] = float(value)
     for name in ("min_cosine", "max_rel_l2", "topk", "min_topk_agreement"):
         value = getattr(override, name)
         if value is not None:
@@ -77,7 +81,29 @@ def resolve_tolerance(gate: ParityGate, precision: str, output: str, *, tf32: bo
     engine's runtime computes fp32 math in TF32 (GPU runtimes by default), so fp32 starts from the tf32 default."""
     tol = default_tolerance("tf32" if precision == "fp32" and tf32 else precision)
     if precision in gate.tolerances:
-        tol = apply_override(tol, gate.tolerances[precision], f"model:{precision}")
+        tol = apply_override(tol, gate.tolerances[precision], gate.layers.get(precision, f"model:{precision}"))
     if output in gate.per_output:
-        tol = apply_override(tol, gate.per_output[output], f"output:{output}")
+        key = f"output:{output}"
+        tol = apply_override(tol, gate.per_output[output], gate.layers.get(key, key))
     return tol
+
+
+def override_layers(own: Mapping[str, Iterable[str]],
+                    chain: Sequence[tuple[str, Mapping[str, Iterable[str]]]]) -> dict[str, str]:
+    """``ParityGate.layers`` of a cell's merged parity gate, from the override keys each layer writes
+    (``{"tolerances": precisions, "per_output": outputs}``): the model's own (``own``, defaults included), then each
+    ``(label, keys)`` of ``chain`` (a target's ``gate:`` as written, then a matrix rule's). A key some layer of
+    ``chain`` writes is named with every layer that writes it, e.g. ``{"fp16": "model:fp16 < target:cpu:fp16"}``;
+    keys only the model writes are left out (they read ``model:fp16``). By who writes a key, never by its value:
+    a layer repeating the value below is still that layer's."""
+    out: dict[str, str] = {}
+    for field, prefix in (("tolerances", ""), ("per_output", "output:")):
+        mine = set(own.get(field, ()))
+        keys = set(mine).union(*(set(layer.get(field, ())) for _, layer in chain))
+        for key in sorted(keys):
+            written = [label for label, layer in chain if key in set(layer.get(field, ()))]
+            if not written:
+                continue
+            below = [f"model:{key}" if not prefix else f"{prefix}{key}"] if key in mine else []
+            out[f"{prefix}{key}"] = " < ".join(below + [f"{label}:{prefix}{key}" for label in written])
+    return out

@@ -61,8 +61,8 @@ onnxconverter-common ``convert_float_to_float16(keep_io_types=True)`` against th
   top-1 agreement ≥ 0.9 on classifier outputs (the usual post-training-quantisation acceptance band).
 
 Overrides, weakest to strongest: the precision default, then ``ParityGate.tolerances[precision]`` (per
-model), then ``ParityGate.per_output[output]`` (per output, every precision). An override always sets atol and
-rtol (the contract makes them required); its optional fields that are ``None`` inherit from the layer below.
+model), then ``ParityGate.per_output[output]`` (per output, every precision). Each field an override leaves out
+(``None``) inherits from the layer below: ``{atol: 0.05}`` keeps the default rtol.
 To switch a secondary check off in an override set it to its neutral value (``min_cosine=-1``,
 ``max_rel_l2=inf``, ``min_topk_agreement=0``). ``max_violation_fraction`` and the rel-L2 floor cannot be
 overridden from a manifest: ``Tolerance`` has no field for them.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -46,6 +46,7 @@ from orchestrator.core.model import (
 )
 from orchestrator.core.platform import PlatformError, normalize_platform
 from orchestrator.core.serving import resolve_serving
+from orchestrator.core.tolerances import override_layers
 from orchestrator.core.versions import parse_version, same_version
 from orchestrator.errors import UsageError
 from orchestrator.manifest.positions import Finding, Path
@@ -107,7 +108,8 @@ def _data(raw: dict | None, base_dir: str) -> DataSource | None:
 
 
 def _tolerance(raw: dict) -> Tolerance:
-    return Tolerance(atol=float(raw["atol"]), rtol=float(raw["rtol"]), min_cosine=raw.get("min_cosine"),
+    return Tolerance(atol=float(raw["atol"]) if "atol" in raw else None,
+                     rtol=float(raw["rtol"]) if "rtol" in raw else None, min_cosine=raw.get("min_cosine"),
                      max_rel_l2=raw.get("max_rel_l2"), topk=raw.get("topk"),
                      min_topk_agreement=raw.get("min_topk_agreement"))
 
@@ -365,6 +367,20 @@ def _rule(raw: dict) -> MatrixRule:
                       target=raw.get("target"))
 
 
+def _override_keys(raw_gate: object) -> dict[str, set[str]]:
+    """The parity tolerance overrides a gate writes, as written: {"tolerances": precisions, "per_output": outputs}."""
+    parity = raw_gate.get("parity") if isinstance(raw_gate, dict) else None
+    parity = parity if isinstance(parity, dict) else {}
+    return {f: set(parity[f]) if isinstance(parity.get(f), dict) else set() for f in ("tolerances", "per_output")}
+
+
+def _layered(gate: GateSettings, own: dict, layers: Sequence[tuple[str, object]]) -> GateSettings:
+    """A merged gate with the layer each parity override came from (``ParityGate.layers``: a tolerance's
+    ``source`` then names the target or matrix rule that set it, not the model)."""
+    named = override_layers(_override_keys(own), [(label, _override_keys(raw)) for label, raw in layers])
+    return replace(gate, parity=replace(gate.parity, layers=named)) if named else gate
+
+
 def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict], target_gates: dict[int, dict],
                 base_dir: str) -> list[tuple[tuple[str, str, str, str], GateSettings]]:
     """The gate of each cell that `matrix.include` rules with `gate:` name: those rules' gates in manifest order
@@ -403,7 +419,9 @@ def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict
                         gate = deep_merge(own, target_gates.get(t, {}), ("targets", t, "gate"), ("models",), {})
                         for i, g in hits:
                             gate = deep_merge(gate, g, ("matrix", "include", i, "gate"), ("models",), {})
-                        merged[which] = _gate(gate, base_dir)
+                        layers = ([(f"target:{target.name}", target_gates[t])] if t in target_gates else []) \
+                            + [(f"matrix.include[{i}]", g) for i, g in hits]
+                        merged[which] = _layered(_gate(gate, base_dir), own, layers)
                     found.append(((model.name, precision, profile_set, target.name), merged[which]))
     return found
 
@@ -468,7 +486,9 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
             for model, own in zip(out.models, model_gates, strict=True):
                 if model is not None:  # the target's keys over the model's (itself over defaults'), key by key
                     merged = deep_merge(own, raw["gate"], path + ("gate",), ("models",), {})
-                    out.cell_gates.append(((model.name, target.name), _gate(merged, base_dir)))
+                    out.cell_gates.append(((model.name, target.name),
+                                           _layered(_gate(merged, base_dir), own,
+                                                    [(f"target:{target.name}", raw["gate"])])))
     if not _invalid(bad, ("matrix",)):
         includes = data.get("matrix", {}).get("include", ())
         out.include = [_rule(r) for r in includes]

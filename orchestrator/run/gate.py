@@ -24,6 +24,7 @@ from orchestrator.contracts.runtime import RuntimeOptions, Session
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model
+from orchestrator.errors import GateError
 from orchestrator.gates.conditions import nvml_probe
 from orchestrator.gates.drift import OUTPUTS_FILE, OutputRecorder, drift_case, judge_drift, latency_drift, load_outputs
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
@@ -43,6 +44,9 @@ class GatePayload:
     # the drift baseline (app.gating.drift_baseline): {"record": {address, builder_version, ...}, "outputs": path of
     # its recorded outputs or None, "benchmark": its benchmark verdict on this GPU model or None}; None: none
     drift: dict[str, Any] | None = None
+    # a re-gate whose other gate's settings moved: the verdict this gate gave the same engine under these very
+    # settings, as published (``app.gating.kept_verdicts``); written as this node's verdict, nothing is run again
+    kept: dict[str, Any] | None = None
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
@@ -103,9 +107,31 @@ def _parity_log(profile: str, verdict: ParityVerdict) -> list[str]:
     return lines
 
 
+def _keep(task: StepTask, payload: GatePayload, kind: str) -> StepOutcome:
+    """The published verdict of this engine under these settings, kept as this node's: its settings did not move,
+    only another gate's did (a parity-only change re-runs no benchmark)."""
+    report = dict(payload.kept or {})
+    _, engine = built_engine(task, payload)
+    if report.get("engine_digest") != engine.digest:
+        raise GateError(f"{engine.address}: the published {kind} verdict was given to engine "
+                        f"{str(report.get('engine_digest'))[:19]}, not to {str(engine.digest)[:19]}",
+                        hint="re-run `orchestrate plan`, then `orchestrate gate`")
+    name = f"{kind}.json"
+    with open_step_log(task) as log:
+        log(f"{kind} gate: {engine.address}: its settings did not move since the published verdict (gate node key "
+            f"{task.node.key[:16]}), so that verdict is kept, not run again: {report.get('status')}")
+    (task.out_dir / name).write_text(json.dumps(report, indent=1))
+    reasons = [str(r) for r in (report.get("verdict") or report).get("reasons") or ()] if kind == "benchmark" else []
+    return StepOutcome(files=(name,), data={"status": report.get("status"), "verdict": name,
+                                            "reasons": reasons[:MAX_REASONS_IN_DATA], "runner": report.get("runner"),
+                                            "key": task.node.key, "kept": True})
+
+
 def step_parity(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, GatePayload)
+    if payload.kept is not None:
+        return _keep(task, payload, "parity")
     model: Model = payload.model
     engine_path, engine = built_engine(task, payload)
     runtime = plugins.runtime_for(engine)
@@ -294,6 +320,8 @@ def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
 def step_benchmark(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, GatePayload)
+    if payload.kept is not None:
+        return _keep(task, payload, "benchmark")
     model: Model = payload.model
     settings = model.gate.benchmark
     schedule = BlockSchedule.of(settings)

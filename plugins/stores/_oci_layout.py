@@ -200,6 +200,10 @@ class OciIndex:
     def entries(self) -> list[IndexEntry]:
         return list(self._entries)
 
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> its engine digest (``contracts.store.RecordKeyIndex``)."""
+        return {e.record_key: e.digest for e in self._entries}
+
     def latest_by_address(self) -> dict[str, IndexEntry]:
         """The newest publish per address (several records may share a build key: the newest one wins), with
         ``damage`` set where that record's metadata or engine cannot be had."""
