@@ -178,6 +178,11 @@ def _republish(task: StepTask, payload: PublishPayload) -> StepOutcome:
         return StepOutcome(status="pending", reason="not published: gate pending — the engine was published "
                                                     "ungated; gate it on a runner that can run it, or set "
                                                     "gate.allow_ungated_publish in the manifest")
+    parity_status = (gates.get("parity") or {}).get("status")
+    hold = gpu_parity_hold(payload.cell.precision.name, payload.cell.target.device, parity_status,
+                           model.gate.require_gpu_parity)
+    if hold and not payload.force:  # the new version is held back as the first one would be (issue 23.16)
+        return StepOutcome(status="pending", reason=f"not published: gate pending — {hold}")
     # fetched into a temporary folder the node's result does not keep: the store has these bytes already
     with tempfile.TemporaryDirectory(dir=task.out_dir) as tmp:
         return _put_again(store, record, payload, Path(tmp), status)
@@ -208,15 +213,19 @@ def _put_again(store: Store, record: StoredArtifact, payload: PublishPayload, ou
         runner=RunnerFingerprint.from_json(old.get("runner") or {}),
         gates=GateSummary(status=status, parity=gates.get("parity"), benchmark=gates.get("benchmark"),
                           ungated_publish_allowed=bool(gates.get("ungated_publish_allowed")), key=cell.gate_key,
-                          key_inputs=cell.gate_inputs),
+                          key_inputs=cell.gate_inputs, parity_device=gates.get("parity_device"),
+                          caveats=tuple(str(c) for c in gates.get("caveats") or ())),
         timings={k: float(v) for k, v in (old.get("timings") or {"build_seconds": 0.0}).items()},
         manifest_path=payload.manifest_file, git_commit=git_commit(payload.manifest_file), started_on=utc_now(),
         finished_on=utc_now(), calibration_digest=calib, platform_specific=payload.platform_specific,
         caches=old.get("caches") or {}, io=old.get("io"),
         reused_from={"record_key": str(old.get("record_key") or old["build_key"]),
                      "model_version": str(old["model"]["version"])})
-    stored = store.put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras))
-    return _outcome(stored, meta, cell, status)
+    signed = sign_statement(meta, payload.registry, out)  # the new version's statement, signed like any other
+    stored = store.put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras,
+                                     attachments=(signed.attachment,) if signed is not None else ()))
+    attach_referrer(store, stored, signed)
+    return _outcome(stored, meta, cell, status, signed.signer if signed else None)
 
 
 def step_publish(task: StepTask) -> StepOutcome:
