@@ -105,7 +105,8 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
     problems = plugins.transform_problems()
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
                                              transforms=frozenset(k for k, why in problems.items() if not why),
-                                             transform_problems={k: why for k, why in problems.items() if why}),
+                                             transform_problems={k: why for k, why in problems.items() if why},
+                                             recipes=plugins.recipes()),
                     caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
     return Project(manifests, graph, ws, digests)

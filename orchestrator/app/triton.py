@@ -52,6 +52,7 @@ from orchestrator.app.judge import (
     record_runtime,
 )
 from orchestrator.app.refit import Refitting
+from orchestrator.app.signatures import SignatureCheck, required, trusted_signer, verify_all
 from orchestrator.atomic import write_bytes_atomic
 from orchestrator.contracts.runtime import TritonBackend
 from orchestrator.contracts.store import Store, StoredArtifact
@@ -151,6 +152,7 @@ class TritonExport:
     models: tuple[TritonModel, ...]
     version_policy: str
     blobs: int = 0  # weights blobs fetched to refit stripped engines (once per model version's blob)
+    signatures: tuple[SignatureCheck, ...] = ()  # who signed each engine, when signatures were required
 
     @property
     def unchanged(self) -> bool:
@@ -162,7 +164,8 @@ class TritonExport:
 
     def to_json(self) -> dict[str, Any]:
         return {"repo": str(self.repo), "version_policy": self.version_policy, "unchanged": self.unchanged,
-                "models": [m.to_json() for m in self.models], "weights_blobs_fetched": self.blobs}
+                "models": [m.to_json() for m in self.models], "weights_blobs_fetched": self.blobs,
+                "signatures": [s.to_json() for s in self.signatures]}
 
 
 # -- protobuf text format -----------------------------------------------------------------------------------------
@@ -432,14 +435,19 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
                   version: str | None = None, precision: str | None = None, profile: str | None = None,
                   runtime: str | None = None, gpus: str | Sequence[str] = "auto", allow_missing: bool = False,
                   version_policy: str = "latest", fingerprint: RunnerFingerprint | None = None,
-                  keep_stripped: bool = False) -> TritonExport:
+                  require_signature: str | None = None, keep_stripped: bool = False) -> TritonExport:
     """Write (or bring up to date) a Triton model repository at ``repo`` for ``models``. ``runtime``: as ``pull
     --runtime`` (``trt10.13``, ``ort1.31``) or a serving stack (``triton:25.01``); ``gpus``: compute capabilities
     (``sm86``, ``8.6``) or ``auto`` (those the published TensorRT engines name). A requested GPU no published
     engine serves raises ``NoCompatibleEngineError`` (every candidate with its reason) before anything is written,
-    unless ``allow_missing``: then the rest is written and the result lists the missing ones. Stripped engines are
-    refitted from their weights blob (fetched once per model version) and checked, unless ``keep_stripped``."""
+    unless ``allow_missing``: then the rest is written and the result lists the missing ones.
+    ``require_signature`` (else the registry's ``signing.require``): every chosen engine's signed provenance must
+    verify against it before anything is written. Stripped engines are refitted from their weights blob (fetched
+    once per model version) and checked, unless ``keep_stripped``."""
     check_precision(precision)
+    trusted = required(require_signature, registry)
+    if trusted is not None:
+        trusted_signer(trusted)
     if not models:
         raise UsageError("no model named", hint="orchestrate export triton MODEL... --repo DIR")
     policy = VersionPolicy.parse(version_policy)
@@ -457,6 +465,7 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
     for plan in plans:
         if plan.choices:
             _io_conflict(plan)
+    checks = verify_all(store, [c.artifact for p in plans for c in p.choices], trusted)
     refitting = Refitting(store, keep_stripped)
     try:
         exported = [_write(store, p, root, policy, refitting) if p.choices else
@@ -465,4 +474,4 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
                     for p in plans]
     finally:
         refitting.close()
-    return TritonExport(root, tuple(exported), policy.text(), refitting.blobs_fetched)
+    return TritonExport(root, tuple(exported), policy.text(), refitting.blobs_fetched, checks)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.core.keys import digest_of
+from orchestrator.core.keys import MISSING, change_line, changed_values, digest_of
 from orchestrator.core.model import BenchmarkGate, DataSource, DriftGate, Model, PrecisionSpec, Target
 from orchestrator.core.tolerances import resolve_tolerance
 
@@ -184,3 +184,48 @@ def gate_node_key(inputs: dict[str, Any], kind: str, runtime: str | None = None,
     when the caller has them already)."""
     return _sha(f"gate-node/{inputs['schema']}\0{inputs['build_key']}\0{kind}\0"
                 f"{runtime or digest_of(inputs['runtime'])}\0{settings or digest_of(inputs[kind])}")
+
+
+_TOLERANCES = "parity.tolerances."
+
+
+def _engine_field(inputs: dict[str, Any], field: str) -> Any:
+    """A field of the engine's resolved parity tolerance in gate inputs (MISSING: parity off, or no such field)."""
+    tolerances = ((inputs.get("parity") or {}).get("tolerances") or {}).get("engine") or {}
+    return tolerances.get(field, MISSING)
+
+
+def gate_changes(old: dict[str, Any], new: dict[str, Any], precision: str) -> list[str]:
+    """One line per changed gate setting, named as the manifest field (``gate.parity.tolerances.fp16.atol: 0.01 ->
+    0.05``), between two cells' gate inputs of ``precision``. A tolerance is resolved three times (the engine's,
+    fp32 on a TF32 runtime, each named output) and records where it came from (``source``): one manifest change
+    moves them all, so the copies that moved with the engine's tolerance and the ``source`` trail are left out."""
+    changes = changed_values(old, new)
+    moved = {path: (before, after) for path, before, after in changes}
+    lines: list[str] = []
+    sources: list[str] = []
+    for path, before, after in changes:
+        if not path.startswith(_TOLERANCES):
+            lines.append(change_line(f"gate.{path}", before, after))
+            continue
+        layer, _, rest = path[len(_TOLERANCES):].partition(".")
+        if not rest:
+            continue  # an empty map that came or went: its entries are named
+        if rest.rpartition(".")[2] == "source":  # where a value came from: named only when no value moved
+            sources.append(change_line(f"gate.{path}", before, after))
+            continue
+        if layer == "engine":
+            lines.append(change_line(f"gate.parity.tolerances.{precision}.{rest}", before, after))
+        elif layer == "engine_tf32":
+            if _TOLERANCES + "engine." + rest not in moved:
+                lines.append(change_line(f"gate.parity.tolerances.{precision}.{rest} (TF32 runtimes)", before, after))
+        elif layer == "per_output":
+            # an output without an override of its own is judged with the engine's tolerance: compare with that
+            output, _, field = rest.rpartition(".")
+            before = _engine_field(old, field) if before is MISSING else before
+            after = _engine_field(new, field) if after is MISSING else after
+            if before != after and moved.get(_TOLERANCES + "engine." + field) != (before, after):
+                lines.append(change_line(f"gate.parity.per_output.{output}.{field}", before, after))
+        else:
+            lines.append(change_line(f"gate.{path}", before, after))
+    return lines or sources

@@ -92,8 +92,11 @@ class DataSource:
 
 @dataclass(frozen=True)
 class Tolerance:
-    atol: float
-    rtol: float
+    """An override of the parity tolerance: each field that is None inherits from the layer below (the precision's
+    default, then the model's override; docs/gates.md)."""
+
+    atol: float | None = None
+    rtol: float | None = None
     min_cosine: float | None = None
     max_rel_l2: float | None = None
     topk: int | None = None
@@ -124,6 +127,11 @@ class ParityGate:
     task_by_precision: dict[str, dict[str, float]] = field(default_factory=dict)
     # False: tensor tolerance failures are reported but do not fail the gate (the task metric is the contract)
     tensor: bool = True
+    # where each override of a cell's gate came from when a target's or matrix rule's gate is merged over the model's:
+    # "fp16" / "output:<name>" -> the layers that write it, e.g. "model:fp16 < target:cpu:fp16" (set by the manifest
+    # loader from the gates as written; the tolerances' ``source`` says it); absent: the model's own ("model:fp16",
+    # "output:<name>")
+    layers: dict[str, str] = field(default_factory=dict)
 
     def task_thresholds(self, precision: str) -> dict[str, float]:
         """The task thresholds an engine of ``precision`` is judged with: the model's, then the precision's."""
@@ -177,6 +185,8 @@ class GateSettings:
     drift: DriftGate = field(default_factory=DriftGate)
     # Publishing an engine whose gates did not pass (or are pending) must be allowed explicitly; recorded.
     allow_ungated_publish: bool = False
+    # reduced precisions whose GPU engines need a parity verdict given on a GPU before publishing (core.gpu_parity)
+    require_gpu_parity: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -363,12 +373,22 @@ class RegistryCredentials:
 
 
 @dataclass(frozen=True)
+class SigningConfig:
+    """``registry.signing``: who signs each artifact's provenance at publish, and what deployments require."""
+
+    signer: str = "ed25519"  # a signer plugin (``trt_orchestrator.signers``)
+    key: str | None = None  # the private key at publish: ``env:NAME`` or ``file:PATH`` (None: keyless)
+    require: str | None = None  # pull / export triton default for --require-signature (a key, env:, an identity)
+
+
+@dataclass(frozen=True)
 class RegistryConfig:
     store: str | None = None  # store plugin name; None: the default store (``orchestrator.plugins``)
     path: str | None = None  # local store directory (absolute)
     url: str | None = None  # oci: host[:port]/repository-prefix
     insecure: bool = False
     credentials: RegistryCredentials | None = None
+    signing: SigningConfig | None = None  # None: artifacts are published unsigned
 
 
 @dataclass(frozen=True)

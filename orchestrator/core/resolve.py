@@ -16,7 +16,7 @@ from functools import lru_cache
 from graphlib import TopologicalSorter
 from typing import Any
 
-from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, route_of
+from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, needs_calibration_data, route_of
 from orchestrator.core.gatekeys import (
     GATE_KEY_SCHEMA_VERSION,
     benchmark_inputs,
@@ -52,6 +52,9 @@ class ResolveInputs:
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
     # installed transform kinds that cannot run here -> why (e.g. a library they need is missing)
     transform_problems: Mapping[str, str] = field(default_factory=dict)
+    # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
+    # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
+    recipes: Mapping[str, str] = field(default_factory=dict)
 
 
 def address_part(target: Target) -> str:
@@ -262,11 +265,12 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             calib_id = None
             calib_inputs = None
             kind = _TRANSFORM_KIND.get(spec.name) if route == "transform" else None
-            if (kind in ("int8-qdq", "fp8-qdq")) or (route == "native" and spec.name in ("int8", "fp8")):
+            if caps is not None and needs_calibration_data(spec, caps, target):
                 by: str | None
                 if kind:  # Q/DQ by the transform plugin's calibrator, whatever builder builds next: keyed by the
-                    # tool versions the manifest pins for transforms
-                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind}
+                    # tool versions the manifest pins for transforms and the plugin's recipe
+                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind,
+                                  "recipe": inputs.recipes.get(f"transform:{kind}", "")}
                     by = f"transform:{kind}"
                 elif spec.name == "int8" and caps is not None and caps.calibration_family:
                     # the builder's own calibrator: its cache format is that family's, of that exact version
@@ -297,6 +301,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 if tk not in transform_cache:
                     t_inputs = {
                         "kind": kind,
+                        "recipe": inputs.recipes.get(f"transform:{kind}", ""),
                         "model": model_digest,
                         "settings": _transform_settings(spec, inputs, manifest),
                         # the calibration cache's key (its inputs are the cell's `calibration` key part)
@@ -325,7 +330,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             precision_part = small_parts.setdefault(("precision", spec.name, route),
                                                     {"name": spec.name, "route": route})
             builder_part = small_parts.setdefault(("builder", target.builder, target.builder_version),
-                                                  {"name": target.builder, "version": target.builder_version})
+                                                  {"name": target.builder, "version": target.builder_version,
+                                                   "recipe": inputs.recipes.get(f"builder:{target.builder}", "")})
             key_inputs = {
                 "schema": KEY_SCHEMA_VERSION,
                 "model": model_part,
@@ -397,8 +403,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                                   model=model.name)
                 gate_deps.append(bid)
             pub = f"publish:{address}"
-            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), record_key(key, cell_gate_key),
-                              address=address, model=model.name)
+            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,),
+                              record_key(key, cell_gate_key, model.version), address=address, model=model.name)
 
     if problems:
         raise ManifestError(problems)

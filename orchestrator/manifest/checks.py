@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
-from orchestrator.core.capabilities import MIN_CC, route_of, strongly_typed
+from orchestrator.core.capabilities import MIN_CC, needs_calibration_data, route_of, strongly_typed
+from orchestrator.core.gatekeys import DEFAULT_MAX_SPREAD_PCT
 from orchestrator.core.model import (
     PRECISIONS,
+    GateSettings,
     InputSpec,
     MatrixRule,
     Model,
@@ -30,7 +32,8 @@ from orchestrator.manifest.positions import Finding, Path
 from orchestrator.manifest.schema import did_you_mean, task_output_keys
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
-# Precisions that are calibrated (explicit Q/DQ via ModelOpt, or the TRT <= 10.x calibrator): both need data.
+# Precisions that may be calibrated (Q/DQ transforms, a builder's calibrator): they need data unless every target's
+# builder quantizes them without (``core.capabilities.needs_calibration_data``).
 _CALIBRATED = ("int8", "fp8")
 # Precisions made by converting a float32 graph (the fp16/bf16 transform; onnxconverter-common's fp16 pass for both).
 _CONVERTED = ("fp16", "bf16")
@@ -63,18 +66,20 @@ def check(manifest: CheckInput, *, capabilities: CapabilitiesFn, builder_names: 
     out: list[Finding] = []
     _duplicates(manifest.model_names, "models", "model", out)
     _duplicates(manifest.target_names, "targets", "target", out)
+    caps: dict[int, BuilderCapabilities] = {}
+    targets: list[Finding] = []  # reported after the models', as before
+    for i, target in enumerate(manifest.targets):
+        if target is not None:
+            found = check_target(target, ("targets", i), capabilities, builder_names, targets)
+            if found is not None:
+                caps[i] = found
     for i, model in enumerate(manifest.models):
         if model is not None:
-            check_model(model, ("models", i), out)
+            check_model(model, ("models", i), out, no_data=_quantized_without_data(manifest, model, caps))
             facts = _file_of(manifest, i)
             if facts is not None:
                 _check_outputs(model, facts, ("models", i), out)
-    caps: dict[int, BuilderCapabilities] = {}
-    for i, target in enumerate(manifest.targets):
-        if target is not None:
-            found = check_target(target, ("targets", i), capabilities, builder_names, out)
-            if found is not None:
-                caps[i] = found
+    out.extend(targets)
     _matrix(manifest, out)
     _cells(manifest, caps, out)
     return out
@@ -95,7 +100,24 @@ def _duplicates(names: Sequence[str | None], section: str, what: str, out: list[
 
 # -- models -------------------------------------------------------------------------------------------------
 
-def check_model(model: Model, path: Path, out: list[Finding]) -> None:
+def _quantized_without_data(manifest: CheckInput, model: Model, caps: dict[int, BuilderCapabilities]) -> set[str]:
+    """The model's calibrated precisions whose every cell is built without calibration data: each target is known
+    and its builder quantizes that precision without data (``BuilderCapabilities.calibrated``)."""
+    out: set[str] = set()
+    for spec in model.precisions:
+        if spec.name not in _CALIBRATED:
+            continue
+        targets = [(t, target) for t, target in enumerate(manifest.targets)
+                   if target is None or _live(manifest, model.name, spec.name, target.name)]
+        if targets and all(target is not None and t in caps and not needs_calibration_data(spec, caps[t], target)
+                           for t, target in targets):
+            out.add(spec.name)
+    return out
+
+
+def check_model(model: Model, path: Path, out: list[Finding], *, no_data: set[str] | frozenset[str] = frozenset()
+                ) -> None:
+    """``no_data``: calibrated precisions the model's targets quantize without calibration data."""
     symbols = {d for spec in model.inputs for d in spec.shape if isinstance(d, str)}
     constraints = {c.dim: c for c in model.constraints}
     for c in model.constraints:
@@ -139,10 +161,10 @@ def check_model(model: Model, path: Path, out: list[Finding]) -> None:
             out.append(Finding(ppath + ("min_quantized_share",), f"{prec.name} quantizes nothing: "
                                "min_quantized_share is for the int8 and fp8 Q/DQ transforms",
                                "remove min_quantized_share from this precision"))
-        if prec.name in _CALIBRATED and model.calibration is None:
+        if prec.name in _CALIBRATED and prec.name not in no_data and model.calibration is None:
             out.append(Finding(ppath, f"{prec.name} needs calibration data, and model '{model.name}' has none",
                                "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))
-    calibrated = [p.name for p in model.precisions if p.name in _CALIBRATED]
+    calibrated = [p.name for p in model.precisions if p.name in _CALIBRATED and p.name not in no_data]
     if calibrated and model.calibration is not None and model.calibration.path is None:
         # `{samples: 4, seed: 0}` alone: seeded random tensors, which a parity gate takes and a calibrator must not
         samples = model.calibration.samples
@@ -458,3 +480,25 @@ def _min_cc_problem(name: str, target: Target) -> tuple[str, str] | None:
         return None
     return (f"targets {', '.join(cc_slug(c) for c in low)}; {name} needs compute capability >= "
             f"{need[0]}.{need[1]}", f"build {name} only for targets of CC >= {need[0]}.{need[1]}")
+
+
+# -- thresholds inside the benchmark's noise (issue 24) ------------------------------------------------------------
+
+def noise_threshold_problems(gate: GateSettings) -> list[tuple[tuple[str, ...], str, str]]:
+    """A regression or drift latency threshold below ``max_spread_pct``: the gate accepts blocks that far apart from
+    one run, so a change that small cannot be told from noise (docs/gates.md, "Benchmark noise"). Each problem is
+    (the threshold's key under ``gate``, message, hint); the measured case is judged in the verdict (gates.noise)."""
+    bench = gate.benchmark
+    if not bench.enabled:
+        return []
+    spread = DEFAULT_MAX_SPREAD_PCT if bench.max_spread_pct is None else float(bench.max_spread_pct)
+    out: list[tuple[tuple[str, ...], str, str]] = []
+    for key, name, value in ((("benchmark", "max_regression_pct"), "max_regression_pct", bench.max_regression_pct),
+                             (("drift", "max_latency_regression_pct"), "drift.max_latency_regression_pct",
+                              gate.drift.max_latency_regression_pct if gate.drift.enabled else None)):
+        if value is not None and value < spread:
+            out.append((key, f"{name} {value:g}% is below max_spread_pct {spread:g}%: a change that small cannot be "
+                             "told from the noise the benchmark gate accepts from one run",
+                        f"raise {name} to at least {spread:g}, or lower gate.benchmark.max_spread_pct where the runner "
+                        "is quiet (a GPU with CUDA graphs repeats within ~3 %: docs/gates.md, Benchmark noise)"))
+    return out

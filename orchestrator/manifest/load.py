@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from orchestrator.core.model import Manifest, Model, RegistryConfig, Target
+from orchestrator.core.model import GateSettings, Manifest, Model, RegistryConfig, Target
 from orchestrator.core.resolve import address_part, cells_of
 from orchestrator.errors import ManifestError, Problem
-from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
+from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check, noise_threshold_problems
 from orchestrator.manifest.convert import convert
 from orchestrator.manifest.files import file_findings
 from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, printable, render_path
@@ -135,6 +135,44 @@ def _address_collisions(manifest: Manifest) -> list[Finding]:
     return out
 
 
+def _noise_findings(manifest: Manifest, own_gates: Sequence[tuple[Path, GateSettings]]) -> list[Finding]:
+    """Regression thresholds inside the benchmark's accepted noise (``checks.noise_threshold_problems``) in the gate
+    of every model x target (the target's keys over the model's): reported at the key the target itself sets, else
+    at the model's."""
+    own = {path[1]: gate for path, gate in own_gates if path[0] == "targets"}
+    out: list[Finding] = []
+    for t, target in enumerate(manifest.targets):
+        mine = own.get(t)
+        for i, model in enumerate(manifest.models):
+            for key, message, hint in noise_threshold_problems(manifest.gate_for(model, target)):
+                if mine is not None and getattr(getattr(mine, key[0]), key[1]) is not None:
+                    path: Path = ("targets", t, "gate", *key)
+                elif mine is not None and mine.benchmark.max_spread_pct is not None:
+                    path = ("targets", t, "gate", "benchmark", "max_spread_pct")
+                else:
+                    path = ("models", i, "gate", *key)
+                finding = Finding(path, message, hint)
+                if finding not in out:
+                    out.append(finding)
+    # a matrix rule's gate over the target's over the model's: reported at the rule that sets one of the two keys
+    problems = {(key, message, hint) for gate in dict(manifest.rule_gates).values()
+                for key, message, hint in noise_threshold_problems(gate)}
+    for rpath, rule in own_gates:
+        if rpath[0] != "matrix":
+            continue
+        for key, message, hint in sorted(problems):
+            if getattr(getattr(rule, key[0]), key[1]) is not None:
+                where: tuple[str, ...] = key
+            elif rule.benchmark.max_spread_pct is not None:
+                where = ("benchmark", "max_spread_pct")
+            else:
+                continue
+            rule_finding = Finding((*rpath, *where), message, hint)
+            if rule_finding not in out:
+                out.append(rule_finding)
+    return out
+
+
 def _names(data: dict, section: str) -> list[str | None]:
     entries = data.get(section)
     if not isinstance(entries, list):
@@ -199,7 +237,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
             if builder_slug is not None:
                 manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
                                                            for t in manifest.targets))
-            collisions = _address_collisions(manifest)
+            collisions = _address_collisions(manifest) + _noise_findings(manifest, converted.own_gates)
             if collisions:
                 findings += collisions
                 manifest = None

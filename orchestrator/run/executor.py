@@ -44,7 +44,7 @@ from filelock import FileLock, Timeout
 from orchestrator.atomic import fsync_dir
 from orchestrator.core.graph import Node
 from orchestrator.errors import OrchestratorError
-from orchestrator.run.workers import WorkerGuard, stop_workers, worker_init
+from orchestrator.run.workers import WorkerGuard, reap, stop_workers, worker_init
 
 NodeStatus = Literal["done", "cached", "failed", "skipped", "pending", "interrupted"]
 _DIR_OF_KIND = {"prepare": "prepare", "calibrate": "calibrate", "transform": "transform", "build": "build",
@@ -517,7 +517,9 @@ class Executor:
                 reports[node.id] = NodeReport(node.id, node.kind, "interrupted", reason="stopped by Ctrl-C")
         finally:
             if pool is not None:
-                pool.shutdown(wait=not interrupted, cancel_futures=True)
+                # interrupted: the workers were killed (stop_workers), so the shutdown has nothing to wait for
+                pool.shutdown(wait=True, cancel_futures=True)
+                reap(pool)
             if guard is not None:
                 guard.close()
             owner.release()

@@ -173,3 +173,28 @@ def fetched_weights(store: Store, meta: Mapping[str, Any], out_dir: Path) -> dic
             "blob": {"dir": BLOB_DIR, "graph": GRAPH_NAME, "data": DATA_NAME, "graph_digest": blob["graph_digest"],
                      "data_digest": blob["data_digest"], "data_bytes": blob.get("data_bytes", 0),
                      "tensors": blob.get("tensors", 0), "onnx_digest": blob.get("onnx_digest")}}
+
+
+def republished_weights(store: Store, old: Mapping[str, Any], model: str, version: str, out: Path,
+                        manifest_path: str, git_commit: str | None) -> dict[str, Any] | None:
+    """A published engine published again as a new model version (same model file, same build key): its weights
+    record published as that version too (the same bytes: the store keeps them once), so every model version has
+    its own; the engine record's ``weights`` entry pointing at it. None for an engine that was embedded."""
+    weights = old.get("weights")
+    if not isinstance(weights, Mapping):
+        return None
+    pointer = blob_of(old)
+    if pointer is None:
+        return dict(weights)
+    record = weights_record_of(store, str(old["model"]["name"]), pointer)
+    folder = fetch_blob(store, record, pointer, Path(out) / BLOB_DIR)
+    blob = record.metadata["blob"]
+    build = {"weights": {"mode": weights.get("mode"), "stripped": bool(weights.get("stripped")),
+                         "builder": weights.get("refit") or {}},
+             "blob": {"dir": folder.name, "graph": GRAPH_NAME, "data": DATA_NAME,
+                      **{k: blob[k] for k in ("format", "graph_digest", "data_digest", "data_bytes", "tensors")},
+                      "kept": blob.get("kept", 0), "onnx_digest": blob.get("onnx_digest") or old["model"]["digest"]},
+             "runner": record.metadata.get("runner"), "precision": record.metadata.get("precision")}
+    return publish_blob(store, Path(out), build, model=model, version=version,
+                        source=BlobSource.from_json(blob.get("source") or {}), manifest_path=manifest_path,
+                        git_commit=git_commit)

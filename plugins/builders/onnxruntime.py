@@ -79,6 +79,8 @@ class OnnxRuntimeBuilder:
     name = "onnxruntime"
     runtime = "onnxruntime"
     slug = "ort"
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
         cuda = PROVIDERS["cuda"] in fingerprint.runtime_features(self.runtime)

@@ -145,6 +145,8 @@ class ModeloptFp8Transform:
     kind = "fp8-qdq"
     # distributions whose versions change this transform's output (they go into transform keys)
     tools = (MODELOPT_DIST, "onnx", "onnxruntime")
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
     quantize_mode = "fp8"
 
     def available(self) -> str | None:

@@ -113,6 +113,8 @@ class Int8QdqTransform:
     kind = "int8-qdq"
     # distributions whose versions change this transform's output (they go into transform keys)
     tools = ("onnx", "onnxruntime")
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def settings(self, precision: PrecisionSpec) -> dict:
         return {

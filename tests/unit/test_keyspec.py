@@ -183,7 +183,7 @@ TASK = ("{kind: text-detection, output: y, charset: ../data/charset.txt, blank: 
         "boundary_tolerance: 2}")
 BENCHMARK = ("{warmup: 3, iterations: 50, time_budget_s: 2.5, shapes: [opt, max], max_p95_ms: 12.5, "
              "min_throughput: 30.0, max_regression_pct: 15.0, enabled: true, blocks: 4, block_gap_s: 0.5, "
-             "max_spread_pct: 20.0, max_p99_p50_ratio: 3.0, max_cv_pct: 40.0, max_device_memory_mib: 512, soak_s: 2.0, "
+             "max_spread_pct: 8.0, max_p99_p50_ratio: 3.0, max_cv_pct: 40.0, max_device_memory_mib: 512, soak_s: 2.0, "
              "max_memory_growth_mib: 16}")
 DRIFT = ("{enabled: true, max_latency_regression_pct: 10.0, min_cosine: 0.999, max_rel_l2: 0.01, max_abs_error: 0.5, "
          f"task: {THRESHOLDS}}}")
@@ -223,6 +223,7 @@ defaults:
     benchmark: {BENCHMARK}
     drift: {DRIFT}
     allow_ungated_publish: true
+    require_gpu_parity: [fp16, int8]
   runners: {{build: [self-hosted], gate: [self-hosted, gpu]}}
 models:
   - name: det
@@ -258,6 +259,7 @@ models:
       benchmark: {BENCHMARK}
       drift: {DRIFT}
       allow_ungated_publish: false
+      require_gpu_parity: [fp16]
     classifier_outputs: {{y: 5}}
     task: {TASK}
   - name: cls
@@ -293,6 +295,7 @@ targets:
       benchmark: {BENCHMARK}
       drift: {DRIFT}
       allow_ungated_publish: false
+      require_gpu_parity: [fp16, int8]
     options:
       optimization_level: 4
       tiling_level: fast
@@ -342,10 +345,12 @@ matrix:
         benchmark: {BENCHMARK}
         drift: {DRIFT}
         allow_ungated_publish: false
+        require_gpu_parity: [fp16]
     - {{model: seg, target: l4, gate: {{parity: {{data: {{seed: 11}}}}}}}}   # random parity data: the seed matters
 registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
            credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,
-                          read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}}}}
+                          read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}},
+           signing: {{signer: ed25519, key: "env:ORCH_SIGNING_KEY", require: "env:ORCH_SIGNING_PUB"}}}}
 runners:
   - {{labels: [self-hosted, l4], compute_capability: "8.9", gpu: NVIDIA L4, tensorrt: "10.13.3.9",
      tensorrt_rtx: "1.2.0.54"}}
