@@ -194,25 +194,28 @@ def test_a_tampered_blob_is_refused_and_nothing_written(world, tmp_path):
         stored.write_bytes(original)
 
 
-def test_retention_keeps_the_blob_while_an_engine_needs_it(world):
-    # a second model version with other weights: its own blob; keeping 1 version drops 1.0's engines and blob
-    v2 = world.root / "mlp-v2.onnx"
-    perturbed_copy(world.model, v2, scale=0.05)
-    manifest = write_manifest(world.root, v2, "{store: local, path: " + str(world.config.path) + "}"
-                              if world.kind == "local" else
-                              f'{{store: oci, url: "{world.config.url}", insecure: true}}', version="2.0")
+def _registry_yaml(world: World) -> str:
+    if world.kind == "local":
+        return "{store: local, path: " + str(world.config.path) + "}"
+    return f'{{store: oci, url: "{world.config.url}", insecure: true}}'
+
+
+def test_a_version_bump_publishes_the_weights_record_of_that_version(world, tmp_path):
+    """The same model file under a new version label: the engines are published again (not rebuilt), and so is
+    their weights record, as that version (the blob's bytes are stored once), which its pull refits from."""
+    manifest = write_manifest(world.root, world.model, _registry_yaml(world), version="1.1")
     for verb in ("build", "gate", "publish"):
         orchestrate(verb, str(manifest), cache=world.cache)
     listing = _ls(world)
-    assert len(listing["weights"]) == 4
-    dry = world.json("retention", "--keep-versions", "1")
-    doomed = dry["would_delete"]
-    assert sorted(doomed) == sorted(
-        [f"mlp/{p}/{s}@cpu+ort{FAMILY}@1.0" for p in ("fp16", "fp32") for s in ("big", "small")]
-        + [w["address"] + "@1.0" for w in listing["weights"] if w["version"] == "1.0"])
-    # every blob an engine of 2.0 needs stays
-    kept_blobs = {a["weights"]["blob"] for a in listing["artifacts"] if a["version"] == "2.0"}
-    assert kept_blobs and not any(w["digest"] in kept_blobs for w in listing["weights"] if w["version"] == "1.0")
+    bumped = {w["source"]["kind"]: w for w in listing["weights"] if w["version"] == "1.1"}
+    first = {w["source"]["kind"]: w for w in listing["weights"] if w["version"] == "1.0"}
+    assert sorted(bumped) == ["model", "transform"]
+    assert {k: w["digest"] for k, w in bumped.items()} == {k: w["digest"] for k, w in first.items()}
+    assert {k: w["record_key"] for k, w in bumped.items()} != {k: w["record_key"] for k, w in first.items()}
+    assert sorted(bumped["model"]["engines"]) == [f"mlp/fp32/{s}@cpu+ort{FAMILY}" for s in ("big", "small")]
+    got = world.json("pull", "mlp", "--version", "1.1", "--precision", "fp32", "--profile", "small", "-o",
+                     str(tmp_path / "m.onnx"))
+    assert got["metadata"]["model"]["version"] == "1.1" and got["refit"]["check"]["passed"]
 
 
 def test_a_refit_that_does_not_reproduce_the_recorded_outputs_is_caught(world, tmp_path):
@@ -257,3 +260,30 @@ def test_a_missing_weights_record_writes_nothing(world, tmp_path):
                        str(copy), "-o", str(out), cache=world.cache, check=False)
     assert proc.returncode == 1 and "weights record" in proc.stderr and "not in the registry" in proc.stderr
     assert list(out.parent.iterdir()) == [] and "Traceback" not in proc.stderr
+
+
+def test_retention_keeps_the_blob_while_an_engine_needs_it(world):
+    # a second model version with other weights: its own blob; keeping 1 version drops 1.0's engines and blob
+    v2 = world.root / "mlp-v2.onnx"
+    perturbed_copy(world.model, v2, scale=0.05)
+    manifest = write_manifest(world.root, v2, _registry_yaml(world), version="2.0")
+    for verb in ("build", "gate", "publish"):
+        orchestrate(verb, str(manifest), cache=world.cache)
+    listing = _ls(world)
+    old = [w for w in listing["weights"] if w["version"] != "2.0"]
+    assert len(listing["weights"]) - len(old) == 2
+    dry = world.json("retention", "--keep-versions", "1")
+    doomed = dry["would_delete"]
+    assert sorted(doomed) == sorted(
+        [f"{a['address']}@{a['version']}" for a in listing["artifacts"] if a["version"] != "2.0"]
+        + [f"{w['address']}@{w['version']}" for w in old])
+    # every blob an engine of 2.0 needs stays, and none of those is among the doomed
+    kept_blobs = {a["weights"]["blob"] for a in listing["artifacts"] if a["version"] == "2.0"}
+    assert len(kept_blobs) == 2 and not any(w["digest"] in kept_blobs for w in old)
+    if world.kind == "local":  # deleting: what 2.0 needs is still pulled and refitted
+        world.json("retention", "--keep-versions", "1", "--yes")
+        after = _ls(world)
+        assert {w["version"] for w in after["weights"]} == {"2.0"} and len(after["artifacts"]) == 4
+        got = world.json("pull", "mlp", "--precision", "fp32", "--profile", "big", "-o",
+                         str(world.root / "after-retention.onnx"))
+        assert got["refit"]["check"]["passed"]
