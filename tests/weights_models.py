@@ -36,9 +36,9 @@ def mlp(path: Path, *, seed: int = 0, hidden: int = 128, version_tag: str = "") 
 
 
 def perturbed_copy(src: Path, dest: Path, *, seed: int = 1, scale: float = 0.01, every: int = 1) -> tuple[Path, int]:
-    """``src`` with the values of every ``every``-th float initializer moved by ``scale`` times Gaussian noise:
-    names, shapes, dtypes and the graph unchanged (a fine-tuned model's new weights). Returns the path and how many
-    initializers changed."""
+    """``src`` with the values of every ``every``-th float initializer scaled by (1 + ``scale`` times Gaussian noise),
+    element by element: names, shapes, dtypes, signs and the graph unchanged (a fine-tuned model's new weights; a
+    BatchNorm variance stays positive). Returns the path and how many initializers changed."""
     model = onnx.load(str(src))
     rng = np.random.default_rng(seed)
     changed = 0
@@ -48,7 +48,9 @@ def perturbed_copy(src: Path, dest: Path, *, seed: int = 1, scale: float = 0.01,
         values = numpy_helper.to_array(tensor)
         if values.size == 0:
             continue
-        moved = (values + scale * rng.standard_normal(values.shape)).astype(np.float32)
+        moved = (values * (1 + scale * rng.standard_normal(values.shape))).astype(np.float32)
+        if np.array_equal(moved, values):  # all zeros: nothing a relative change can move
+            continue
         tensor.CopyFrom(numpy_helper.from_array(moved, tensor.name))
         changed += 1
     onnx.save(model, str(dest))

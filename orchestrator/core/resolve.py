@@ -32,6 +32,7 @@ from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile
 from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
 from orchestrator.core.model import DataSource, Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain, ToolchainProblem, resolve_toolchain
+from orchestrator.core.weights import refit_inputs
 from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
@@ -52,6 +53,9 @@ class ResolveInputs:
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
     # installed transform kinds that cannot run here -> why (e.g. a library they need is missing)
     transform_problems: Mapping[str, str] = field(default_factory=dict)
+    # absolute model path -> (graph digest, {initializer: digest}) for the models of refittable targets: what plans
+    # ``~ refit`` (``core.weights.refit_inputs``); a model without one keys its refittable cells by mode alone
+    model_structures: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
     # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
     # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
     recipes: Mapping[str, str] = field(default_factory=dict)
@@ -345,7 +349,10 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 "plugin_libraries": plugin_libraries,
                 "salt": manifest.salt,
             }
-            if target.weights != "embedded":  # embedded: the keys from before weights modes existed
+            if target.weights == "refittable":  # the graph and weights a refit is planned from (core.weights)
+                found = inputs.model_structures.get(model.source.path)
+                key_inputs["weights"] = refit_inputs(*found) if found else {"mode": "refittable"}
+            elif target.weights != "embedded":  # embedded: the keys from before weights modes existed
                 key_inputs["weights"] = target.weights
             key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
             # the cell's gate: matrix rules' over the target's over the model's (``Manifest.gate_for``), as a model

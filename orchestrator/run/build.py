@@ -23,6 +23,7 @@ from orchestrator.errors import BuildError
 from orchestrator.metadata import model_io
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
 from orchestrator.run.prepare import calibration_cache_of
+from orchestrator.run.refit import refit_published
 from orchestrator.run.weights_blob import build_weights, fetched_weights, write_blob
 from orchestrator.weights_file import DATA_NAME, GRAPH_NAME
 
@@ -41,6 +42,8 @@ class BuildPayload:
     # a re-gate: the engine published under this digest (same build key) is fetched, never rebuilt
     registry: RegistryConfig | None = None
     published_digest: str | None = None
+    # a ``~ refit``: the refittable engine published under this digest takes the new weights (run.refit)
+    refit_digest: str | None = None
 
 
 def _fetch_published(task: StepTask, payload: BuildPayload) -> StepOutcome:
@@ -93,6 +96,13 @@ def step_build(task: StepTask) -> StepOutcome:
     calibration: dict | None = None
     calib_path = None
     with open_step_log(task) as log:
+        if payload.refit_digest is not None and payload.registry is not None:
+            refitted = refit_published(cell, payload.registry, payload.refit_digest, onnx_path, task.out_dir,
+                                       payload.fingerprint.to_json(), log)
+            if refitted is not None:
+                blob = refitted["blob"]
+                return StepOutcome(files=(refitted["engine"], f"{blob['dir']}/{blob['graph']}",
+                                          f"{blob['dir']}/{blob['data']}"), data=refitted)
         log(f"build {cell.address} key {cell.build_key}")
         if cell.calibrate_node:
             found = calibration_cache_of(task.dep_dirs[cell.calibrate_node])
