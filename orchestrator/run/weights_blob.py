@@ -91,6 +91,9 @@ def engine_weights_entry(store: Store, build_dir: Path, build: Mapping[str, Any]
     published = (build.get("from_store") or {}).get("weights")
     if published:
         return dict(published)
+    weights = build["weights"]
+    if not weights.get("stripped"):  # it carries every weight (an optimizer rewrote them all): no blob to point at
+        return engine_weights(str(weights["mode"]), stripped=False, refit=weights.get("builder") or None)
     return publish_blob(store, build_dir, build, model=model.name, version=model.version, source=blob_source(cell),
                         manifest_path=manifest_path, git_commit=git_commit)
 
