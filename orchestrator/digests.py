@@ -27,7 +27,7 @@ from filelock import FileLock
 
 from orchestrator.atomic import write_json_atomic
 from orchestrator.errors import BuildError
-from orchestrator.weights_file import structure
+from orchestrator.weights_file import STRUCTURE_VERSION, structure
 
 CHUNK = 8 * 1024 * 1024
 _PARALLEL_MIN = 1024 * 1024  # below this a thread costs more than it saves
@@ -333,9 +333,9 @@ class DigestCache:
         return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def model_structure(self, path: str, digest: str) -> tuple[str, dict[str, str]]:
-        """The model's graph digest (initializer data removed) and each initializer's digest
+        """The model's graph digest (weights data removed) and each weight's digest
         (``weights_file.structure``), computed once per model digest and kept in the cache: what plans ``~ refit``."""
-        key = f"structure:{digest}"
+        key = f"structure:{STRUCTURE_VERSION}:{digest}"
         entry = self.entries.get(key)
         if not (isinstance(entry, dict) and isinstance(entry.get("graph"), str)
                 and isinstance(entry.get("initializers"), dict)):

@@ -16,8 +16,8 @@ An engine can point into the blob the same way: an onnxruntime engine built ``we
 initializer that is byte for byte a tensor of the blob as external data at that tensor's place in ``weights.bin``
 (``strip_identical``), and ``reassemble`` puts the bytes back, writing a self-contained model atomically.
 
-``structure`` is what planning reads (``core.weights``): the digest of the model with every initializer's data
-removed (names, types and shapes kept), and each initializer's own digest.
+``structure`` is what planning reads (``core.weights``): the digest of the model with every weight's data removed
+(names, types and shapes kept; integer shape constants are structure), and each weight's own digest.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from orchestrator.atomic import write_chunks_atomic
 from orchestrator.errors import IntegrityError, OrchestratorError
 
 FORMAT = 1
+STRUCTURE_VERSION = 2  # what ``structure`` counts as weights; cached structures of another version are recomputed
 GRAPH_NAME = "model.onnx"
 DATA_NAME = "weights.bin"
 ALIGN = 64
@@ -252,17 +253,32 @@ def reassemble(engine: Path, data: Path, out: Path) -> int:
 
 @dataclass(frozen=True)
 class Structure:
-    """What planning reads of a model (``core.weights``): the digest of the model with every initializer's data
-    removed (names, element types and dims kept), and each initializer's own digest (sha256 hex of its bytes)."""
+    """What planning reads of a model (``core.weights``): the digest of the model with every weight's data removed
+    (names, element types and dims kept; other initializers, such as shape constants, kept whole), and each weight's
+    own digest (sha256 hex of its bytes)."""
 
     graph: str
     initializers: Mapping[str, str]
 
 
+def _weight_types() -> frozenset[int]:
+    """Element types of weights a refit can replace: floating point and the 8/4-bit integers of quantized weights.
+    Any other initializer (int64/int32 shape constants, axes, indices, booleans) is structure: a builder evaluates
+    such values while it builds (a Reshape target fixes the shapes the engine was optimized for), and a refit only
+    replaces weights with new values of the same count ("Refitting an Engine"), so a new value there is a rebuild."""
+    names = ("FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+             "FLOAT8E5M2FNUZ", "FLOAT4E2M1", "INT8", "UINT8", "INT4", "UINT4")
+    proto = _onnx().TensorProto
+    return frozenset(getattr(proto, n) for n in names if hasattr(proto, n))
+
+
 def structure(path: Path) -> Structure:
     model = load_full(Path(path))
     digests: dict[str, str] = {}
+    weights = _weight_types()
     for t in model.graph.initializer:
+        if t.data_type not in weights:
+            continue  # its value stays in the graph digest
         data = _raw(t)
         digests[t.name] = hashlib.sha256(data if data is not None else t.SerializeToString()).hexdigest()
         if data is not None:

@@ -16,7 +16,8 @@ very initializers (names, types) the engine was built with. Index, plan and pull
 (``is_engine``); ``ls``/``show`` list both and ``retention`` keeps a blob while an engine it keeps points at it.
 
 **~ refit.** For a ``refittable`` cell the key inputs carry the graph digest of its model (the model with every
-initializer's data removed, ``weights_file.structure``) and each initializer's digest (``refit_inputs``).
+weight's data removed; integer shape constants stay in it: ``weights_file.structure``) and each weight's digest
+(``refit_inputs``).
 ``refit_change`` compares a published engine's key inputs with a cell's: when the graph digest is the same and every
 other difference is one that new weights explain, the cell is refitted (``weights changed: N of M initializers``);
 anything else (structure, shapes, dtypes or names of the graph, builder, options, profiles...) is a rebuild, and so is

