@@ -59,3 +59,81 @@ def test_onnxruntime_refittable_is_refused_and_what_each_release_can_is_accepted
         'compute_capabilities: ["8.6", "8.9"]\n', 'compute_capabilities: ["8.6", "8.9"]\n    weights: refittable\n')
     (tmp_path / "m.yaml").write_text(rtx)
     assert run("validate", "m.yaml", cwd=tmp_path).returncode == 0
+
+
+# A third-party builder that offers every weights mode, and its own runtime plugin, which has no ``refit``: both
+# registered by entry points (a dist-info on PYTHONPATH, as pip installs one), loaded by validate like any plugin.
+FROZEN = '''\
+from orchestrator.contracts.builder import probe_target
+from orchestrator.core.capabilities import BuilderCapabilities
+
+
+class FrozenBuilder:
+    name, runtime, slug = "frozen", "frozen-rt", "frozen"
+
+    def capabilities(self, version):
+        return BuilderCapabilities(native=frozenset({"fp32", "fp16"}), via_transform=frozenset(),
+                                   target_kinds=frozenset({"cpu"}), needs_gpu=False, runs_on="the frozen runtime",
+                                   weights_modes=frozenset({"embedded", "stripped", "refittable"}))
+
+    def available(self, fingerprint, target):
+        return "frozen builds nothing"
+
+    def build(self, request):
+        raise NotImplementedError
+
+    def probe_target(self, fingerprint):
+        return probe_target(self, fingerprint, device="cpu")
+
+
+class FrozenRuntime:  # runs engines; cannot put weights into one (no refit)
+    name, slug = "frozen-rt", "frozenrt"
+
+    def probe(self):
+        return None
+
+    def can_run(self, descriptor, fingerprint):
+        raise NotImplementedError
+
+    def verify_engine(self, path, descriptor):
+        raise NotImplementedError
+
+    def load(self, path, descriptor, options):
+        raise NotImplementedError
+
+
+builder, runtime = FrozenBuilder(), FrozenRuntime()
+'''
+FROZEN_TARGET = """\
+  - name: frozen
+    builder: frozen
+    builder_version: "1.0"
+    device: cpu
+    weights: {weights}
+"""
+
+
+def test_a_runtime_plugin_without_refit_is_refused_at_the_line(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    dist = site / "frozen_plugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (site / "frozen_plugin.py").write_text(FROZEN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: frozen-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[trt_orchestrator.builders]\nfrozen = frozen_plugin:builder\n\n"
+                                           "[trt_orchestrator.runtimes]\nfrozen-rt = frozen_plugin:runtime\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    text = _manifest(tmp_path, FROZEN_TARGET.format(weights="embedded"))
+    assert run("validate", "m.yaml", cwd=tmp_path).returncode == 0, "the plugin loads and embedded is accepted"
+    for weights in ("stripped", "refittable"):
+        text = (tmp_path / "m.yaml").read_text().replace("    device: cpu\n    weights: embedded\n",
+                                                         f"    device: cpu\n    weights: {weights}\n")
+        (tmp_path / "m.yaml").write_text(text)
+        proc = run("validate", "m.yaml", cwd=tmp_path)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        line = _line_of(text, f"weights: {weights}", "name: frozen")
+        assert re.search(rf"m\.yaml:{line}:\d+: targets\[2\]\.weights: frozen 1\.0 cannot build weights: {weights} "
+                         r"engines: its runtime plugin 'frozen-rt' has no refit "
+                         r"\(contracts\.runtime\.RefitCapability\)", proc.stderr), proc.stderr
+        assert "it can build: embedded (docs/refit.md)" in proc.stderr, proc.stderr
+        text = text.replace(f"    weights: {weights}\n", "    weights: embedded\n")
+        (tmp_path / "m.yaml").write_text(text)
