@@ -390,9 +390,12 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
         raise missing_error(missing, "serve every declared GPU", runtime_words(spec))
     checks = signatures.verify_all(store, [c.artifact for c in choices], trusted)
     # every directory first: one that cannot be made stops the pull before any engine is written
-    outputs.make_directories(sorted({root / c.model for c in choices}), "-o", out)
+    directories = sorted({root / c.model for c in choices})
+    created = list(dict.fromkeys(p for d in directories for p in (d, *d.parents) if not p.exists()))
+    outputs.make_directories(directories, "-o", out)
     engines = []
     refitting = Refitting(store, keep_stripped)
+    written = False
     try:
         for choice in choices:
             meta = choice.artifact.metadata
@@ -404,6 +407,9 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
             engines.append(PulledEngine(choice.model, str(meta["model"]["version"]), str(meta["address"]),
                                         choice.artifact.digest, path.stat().st_size, path, choice.ccs, status,
                                         choice.reason))
+        written = True
     finally:
         refitting.close()
+        if not written:  # a refused engine (integrity, a failed refit): the folders made for it go too
+            outputs.remove_empty(created)
     return PullAllResult(root, tuple(engines), runtime_words(spec), refitting.blobs_fetched, checks)

@@ -376,6 +376,7 @@ def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy, refitti
     number = _version_number(directory, state, plan.model_version)
     vdir = directory / str(number)
     created = [p for p in (directory, vdir) if not p.exists()]
+    parents = [p for p in directory.parents if not p.exists()]  # the repository itself, when this export makes it
     files: list[ExportedFile] = []
     wanted = _files(plan)
     try:
@@ -418,6 +419,7 @@ def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy, refitti
     except BaseException:
         for path in reversed(created):  # nothing half-written: what this export created goes
             shutil.rmtree(path, ignore_errors=True)
+        outputs.remove_empty(parents)
         raise
     return TritonModel(plan.model, plan.model_version, number, directory, plan.backend.kind, plan.runtime, tuple(files),
                        plan.missing)

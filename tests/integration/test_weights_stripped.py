@@ -190,6 +190,14 @@ def test_a_tampered_blob_is_refused_and_nothing_written(world, tmp_path):
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "weights blob" in proc.stderr and "refused" in proc.stderr, proc.stderr
         assert not out.exists() and list(tmp_path.iterdir()) == []
+        # the same refusal from pull --all and export triton: no engine, no folder, no model repository
+        for args in (("pull", "--all", "mlp", "--gpus", "none", "--precision", "fp32", "-o", str(tmp_path / "all")),
+                     ("export", "triton", "mlp", "--precision", "fp32", "--profile", "big", "--gpus", "none",
+                      "--repo", str(tmp_path / "triton"))):
+            proc = world.cli(*args, check=False)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert "weights blob" in proc.stderr and "refused" in proc.stderr and "Traceback" not in proc.stderr
+            assert list(tmp_path.iterdir()) == [], sorted(str(p) for p in tmp_path.rglob("*"))
     finally:
         stored.write_bytes(original)
 
@@ -263,6 +271,10 @@ def test_a_missing_weights_record_writes_nothing(world, tmp_path):
 
 
 def test_retention_keeps_the_blob_while_an_engine_needs_it(world):
+    # the version bump (1.1, the same file; done already where the test above ran: publishing again adds nothing)
+    for verb in ("build", "gate", "publish"):
+        orchestrate(verb, str(write_manifest(world.root, world.model, _registry_yaml(world), version="1.1")),
+                    cache=world.cache)
     # a second model version with other weights: its own blob; keeping 1 version drops 1.0's engines and blob
     v2 = world.root / "mlp-v2.onnx"
     perturbed_copy(world.model, v2, scale=0.05)
@@ -272,6 +284,18 @@ def test_retention_keeps_the_blob_while_an_engine_needs_it(world):
     listing = _ls(world)
     old = [w for w in listing["weights"] if w["version"] != "2.0"]
     assert len(listing["weights"]) - len(old) == 1
+    # keeping 2 versions (2.0 and the bump 1.1): 1.0's engines and blob are byte for byte 1.1's, and stores delete by
+    # digest, so nothing 1.1 needs may go with 1.0
+    digest_of = {f"{r['address']}@{r['version']}": r["digest"] for r in [*listing["artifacts"], *listing["weights"]]}
+    needed = {r["digest"] for r in [*listing["artifacts"], *listing["weights"]] if r["version"] in ("1.1", "2.0")}
+    assert "1.1" in {w["version"] for w in old} and any(r["version"] == "1.0" for r in listing["artifacts"])
+    two = world.json("retention", "--keep-versions", "2")
+    assert [d for d in two["would_delete"] if digest_of[d] in needed] == []
+    if world.kind == "local":
+        world.json("retention", "--keep-versions", "2", "--yes")
+        got = world.json("pull", "mlp", "--version", "1.1", "--precision", "fp32", "--profile", "big", "-o",
+                         str(world.root / "kept-1.1.onnx"))
+        assert got["refit"]["check"]["passed"]
     dry = world.json("retention", "--keep-versions", "1")
     doomed = dry["would_delete"]
     assert sorted(doomed) == sorted(
