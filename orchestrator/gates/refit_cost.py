@@ -1,7 +1,8 @@
 """What refittability costs (``targets[].weights: refittable``, docs/refit.md).
 
 TensorRT may pick other (slower) tactics for a refittable engine, since a refittable weight cannot be folded or
-reformatted at build time (NVIDIA/TensorRT#2936, "Refitable engine is slower than non-refitable"), and TensorRT 11.3
+reformatted at build time (NVIDIA/TensorRT#2936, "turning on refit increase the inferencing time of trt engine":
+"That's expected to a refittable engine slower than a non-refittable engine"), and TensorRT 11.3
 notes a REFIT case that drops a GEMM bias where REFIT_IDENTICAL does not ("Refitting an Engine", 11.3.0). The
 benchmark gate of a refittable cell therefore times it against the published ``embedded`` engine of the same cell
 (same address, so the same model, precision, profile set and target) timed on the same GPU model, at the gated shape
