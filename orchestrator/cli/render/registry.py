@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, record_key_of
+from orchestrator.cli.render.report import cpu_text
 
 
 def _short(digest: object) -> str:
@@ -104,6 +105,21 @@ def _caches_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _gated_on(meta: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """A CPU engine's verdicts hold for the CPU instruction set they were given on: which one, and the target's
+    cpu_match policy (``any``: any CPU of the platform; ``isa``: that ISA only)."""
+    gates = meta.get("gates") or {}
+    cpus = {kind: cpu_text(((gates.get(kind) or {}).get("runner") or {}).get("cpu"))
+            for kind in ("parity", "benchmark") if isinstance(gates.get(kind), Mapping)}
+    found = {k: v for k, v in cpus.items() if v}
+    if not found:
+        return []
+    policy = f"cpu_match: {((gates.get('key_inputs') or {}).get('deploy') or {}).get('cpu_match') or 'any'}"
+    if len(set(found.values())) == 1:
+        return [("gated on", f"{next(iter(found.values()))}; {policy}")]
+    return [(f"{kind} on", f"{text}; {policy}") for kind, text in found.items()]
+
+
 def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[str], str]) -> None:
     gates = meta.get("gates") or {}
     lines: list[tuple[str, object]] = [
@@ -113,7 +129,7 @@ def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[st
         ("target", meta["target"]), ("record key", record_key_of(meta)), ("build key", meta["build_key"]),
         ("gate key", gates.get("key") or "(none: published before gate keys)"),
         ("gates", gates.get("status")), ("runner", meta["runner"].get("gpus") or "no GPU"),
-        ("manifest", meta["manifest"]), ("published", meta.get("published_at"))]
+        *_gated_on(meta), ("manifest", meta["manifest"]), ("published", meta.get("published_at"))]
     lines += _caches_lines(meta)
     for label, value in lines:
         console.print(Text.assemble((f"{label:>11}", "bold"), "  ", clean(str(value))), highlight=False)
