@@ -20,4 +20,6 @@ if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
 .venv/bin/python scripts/fetch_images.py  # real photos for the gates' image-folder path
 bash scripts/check.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# In parallel, one pytest-xdist worker per CPU; tests/conftest.py groups each module on one worker (its module-scoped
+# engines are built once) and the demo is built once for all workers.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto --dist loadgroup "$@"
