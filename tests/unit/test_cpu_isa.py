@@ -156,3 +156,16 @@ targets:
     text = str(bad.value)
     assert "m.yaml:" in text and "targets[0].cpu_match" in text
     assert "cpu_match is for CPU targets (device: cpu) only" in text
+
+
+def test_doctor_prints_the_cpu_and_where_its_features_came_from():
+    from rich.console import Console
+
+    from orchestrator.cli.render.doctor import render_doctor
+
+    fp = RunnerFingerprint(os="linux", arch="x86_64",
+                           cpu=CpuInfo("AMD EPYC [bold]", ("avx2", "avx512_vnni"), "ORCHESTRATE_CPU_FEATURES"))
+    console = Console(record=True, width=200)
+    render_doctor({"fingerprint": fp.to_json(), "builders": [], "runtimes": []}, console)
+    text = console.export_text()
+    assert "CPU: AMD EPYC [bold]  ISA avx2 avx512_vnni (from ORCHESTRATE_CPU_FEATURES)" in text
