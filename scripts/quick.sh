@@ -4,4 +4,4 @@
 # `bash scripts/setup-env.sh test`). Extra arguments go to pytest. CI (scripts/test.sh) runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" -n auto --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" -n auto --dist loadscope "$@"

@@ -2,11 +2,12 @@
 ``shared_once``: a directory made once per test run for every pytest-xdist worker (the demo built once, not once per
 worker).
 
-Test tiers (README.md, "Development"): ``slow`` marks the end-to-end tests that build, gate or publish real engines
-or drive real registries and linters for tens of seconds; ``pytest -m "not slow"`` (``scripts/quick.sh``) is the
-quick tier, ``scripts/test.sh`` runs everything, in parallel (pytest-xdist, ``--dist loadgroup``). Every test
-module is its own xdist group, so a module-scoped fixture (a module's engines built once) is made on one worker
-only; tests that take ``demo_published`` share one group, so the journeys' published demo is made once."""
+Test tiers (README.md): ``slow`` marks the end-to-end tests that build, gate or publish real engines or drive real
+registries and linters for tens of seconds; ``pytest -m "not slow"`` (``scripts/quick.sh``) is the quick tier,
+``scripts/test.sh`` runs everything, in parallel (pytest-xdist ``--dist loadscope``: each test module runs whole on
+one worker, so a module-scoped fixture builds its engines once). ``--dist loadgroup`` would group by explicit marks,
+but pytest-xdist 3.8.0 cannot apply them under pytest 9 (it rewrites ``Item._nodeid``, which pytest 9 no longer
+reads: modules were split across workers and their fixtures built twice)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -143,21 +144,10 @@ SLOW_TESTS = (
 )
 
 
-def _uses(item: pytest.Item, fixtures: Iterable[str]) -> bool:
-    return any(f in getattr(item, "fixturenames", ()) for f in fixtures)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into its group suffix
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One pytest-xdist group per test module (module-scoped fixtures build their engines on one worker), one for
-    every test that takes the journeys' published demo (made once), and ``slow`` on the integration and journey
-    tests unless a module says otherwise (``pytestmark = pytest.mark.quick``)."""
-    for item in items:
-        if not any(item.iter_markers("xdist_group")):
-            group = "demo-published" if _uses(item, ("demo_published", "published_copy")) else \
-                item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-        end_to_end = item.nodeid.startswith(("tests/integration/", "tests/journeys/")) or \
-            any(item.iter_markers("integration"))
-        if (end_to_end and not any(item.iter_markers("quick"))) or item.nodeid.startswith(SLOW_TESTS):
-            item.add_marker(pytest.mark.slow)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """``slow`` on the integration and journey tests (unless a module says ``pytestmark = pytest.mark.quick``) and on
+    ``SLOW_TESTS``; the quick tier (scripts/quick.sh) deselects them with ``-m "not slow"``."""
+    end_to_end = item.nodeid.startswith(("tests/integration/", "tests/journeys/")) or \
+        any(item.iter_markers("integration"))
+    if (end_to_end and not any(item.iter_markers("quick"))) or item.nodeid.startswith(SLOW_TESTS):
+        item.add_marker(pytest.mark.slow)
