@@ -144,3 +144,15 @@ def test_store_added_fields_are_allowed():
     meta["published_at"] = "2026-11-21T10:01:00.123456Z"
     meta["attachments"] = [{"name": "build.log", "role": "log", "digest": f"sha256:{ENGINE_HEX}", "size": 3}]
     validate_metadata(meta)
+
+
+def test_the_shipped_artifact_schema_is_a_valid_2020_12_schema():
+    """Checked here rather than when the validator is built (that cost every publishing or reading process ~80 ms)."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("orchestrator.schemas").joinpath("artifact-v1.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
