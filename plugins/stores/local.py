@@ -171,9 +171,9 @@ class LocalStore:
     # ---- publish -----------------------------------------------------------------------------------------
     def _store_blob(self, src: Path, expected: str | None, what: str,
                     mismatch: Callable[[str], IntegrityError] | None = None) -> tuple[str, int]:
-        """Copy ``src`` into blobs/ in one pass (each byte read, written and hashed from the same buffer), fsync it
-        and rename it to its content address. A copy whose digest is not ``expected`` is dropped: ``mismatch(actual)``
-        (else an engine's error) says so."""
+        """Copy ``src`` into blobs/ in one pass (read, written and hashed from one buffer), fsync'd, renamed to its
+        content address. A copy whose digest is not ``expected`` is dropped: ``mismatch(actual)`` (else an engine's
+        error) says so."""
         try:
             tmp, hexdigest, size = stage_copy(src, self.blobs)
         except DestinationError as e:
@@ -189,8 +189,8 @@ class LocalStore:
             raise IntegrityError(
                 f"{what}: file {src} has {digest} but its metadata says {expected}",
                 hint="the engine changed after its metadata was built; rebuild the metadata from this file")
-        # content-addressed: an existing blob of that name has the same bytes (verified on every read). The
-        # directory is fsync'd once for all of a record's blobs, before the record is renamed into place (_put).
+        # content-addressed: an existing blob of that name has the same bytes (verified on every read); blobs/ is
+        # fsync'd once for all of a record's blobs, before the record is renamed into place (_put)
         try:
             commit(tmp, self.blobs / hexdigest, overwrite=False, sync_dir=False)
         except DestinationError as e:
@@ -264,8 +264,7 @@ class LocalStore:
                 meta["attachments"] = attachments
             raw = store_json(meta, indent=1)
             add_to_index(index, meta, sha256_of(raw))
-            # the blobs' names durable first (one fsync for them all, in the same round as the two temp files),
-            # then the record, then the index
+            # every blob name durable (one fsync of blobs/, with the two temp files), then the record, then the index
             write_files_atomic([(meta_path, raw), (self.index_path, store_json(index))], sync_first=[self.blobs])
         return self._stored(meta)
 
