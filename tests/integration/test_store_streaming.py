@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import types
 from pathlib import Path
 
@@ -20,7 +21,7 @@ except ImportError:
 from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import IntegrityError, StoreUnavailableError
 from trt_orchestrator_plugins.stores import _atomic
-from trt_orchestrator_plugins.stores._atomic import BUFFER, POOL, write_files_atomic
+from trt_orchestrator_plugins.stores._atomic import BUFFER, POOL, WRITE_PIECE, write_files_atomic
 from trt_orchestrator_plugins.stores._registry_http import BoundedFile, Transient
 from trt_orchestrator_plugins.stores.local import LocalStore
 from trt_orchestrator_plugins.stores.oci import OciStore
@@ -95,6 +96,80 @@ def test_local_get_of_a_blob_damaged_in_its_last_buffer_is_refused_and_leaves_no
     with pytest.raises(IntegrityError, match="failed its integrity check"):
         store.get(stored.digest, out / "e.plan")
     assert files_in(out) == []  # no engine, no temp file
+
+
+class ByteTraffic:
+    """What the byte calls a store makes move, per file (named through /proc/self/fd): bytes read, each write's
+    length, and any in-kernel copy."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.read: dict[str, int] = {}
+        self.writes: dict[str, list[int]] = {}
+        self.kernel_copies: list[str] = []
+        for name in ("read", "readv", "pread", "preadv"):
+            if hasattr(os, name):
+                monkeypatch.setattr(os, name, self._reader(getattr(os, name)))
+        monkeypatch.setattr(os, "write", self._writer(os.write))
+        for name in ("copy_file_range", "sendfile", "splice"):
+            if hasattr(os, name):
+                monkeypatch.setattr(os, name, self._kernel(name, getattr(os, name)))
+
+    @staticmethod
+    def _name(fd: int) -> str:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return f"fd {fd}"
+
+    def _reader(self, real):
+        def read(fd, *args):
+            got = real(fd, *args)
+            n = got if isinstance(got, int) else len(got)
+            self.read[self._name(fd)] = self.read.get(self._name(fd), 0) + n
+            return got
+        return read
+
+    def _writer(self, real):
+        def write(fd, data):
+            n = real(fd, data)
+            self.writes.setdefault(self._name(fd), []).append(n)
+            return n
+        return write
+
+    def _kernel(self, name, real):
+        def copy(*args, **kw):
+            self.kernel_copies.append(name)
+            return real(*args, **kw)
+        return copy
+
+
+@pytest.mark.parametrize("op", ["put", "get"])
+def test_a_local_copy_reads_its_source_once_and_never_reads_the_copy_back(op, tmp_path, monkeypatch):
+    """One streamed pass (issue 24, registry row): the source's bytes are read once, each written once in pieces of
+    at most WRITE_PIECE, and hashed from the buffer they were written from; the staged copy is never read back."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to name the file each call moved bytes of")
+    files = make_artifact(tmp_path / "b", size=(POOL + 3) * BUFFER + 5, log=False)
+    size = files.engine.stat().st_size
+    store = local(tmp_path / "artifacts")
+    stored = store.put(files) if op == "get" else None
+    source = store.blob_path(stored.digest) if stored is not None else files.engine
+    out = tmp_path / "out" / "e.plan"
+    traffic = ByteTraffic(monkeypatch)
+    if stored is None:
+        stored = store.put(files)
+        copy = store.blob_path(stored.digest)
+    else:
+        store.get(stored.digest, out)
+        copy = out
+    monkeypatch.undo()
+    assert copy.read_bytes() == files.engine.read_bytes()
+    assert traffic.kernel_copies == []
+    assert traffic.read.get(str(source)) == size  # read once ...
+    staged = [name for name in traffic.writes if Path(name).parent == copy.parent]
+    assert len(staged) == 1 and Path(staged[0]).name.endswith(".tmp")  # ... written once, into one temp file ...
+    assert sum(traffic.writes[staged[0]]) == size and max(traffic.writes[staged[0]]) <= WRITE_PIECE
+    assert traffic.read.get(staged[0], 0) == 0  # ... that nothing read back
 
 
 # ---- local: what a publish makes durable, in which order --------------------------------------------------------
@@ -260,6 +335,28 @@ def test_an_upload_refused_after_its_body_is_sent_again_from_its_first_byte(regi
     out = tmp_path / "e.plan"
     oci(registry.host, "up").get(stored.digest, out)
     assert out.read_bytes() == files.engine.read_bytes()
+
+
+def test_an_upload_sends_its_body_in_whole_pieces_not_small_reads(registry, tmp_path, monkeypatch):
+    """urllib3 sent a file-like body in 16 KiB read()s, a fresh bytes and a sendall each (12,800 for 200 MB); the
+    body is an iterable of BoundedFile.PIECE pieces, each sent with one sendall (issue 24, registry row)."""
+    files = make_artifact(tmp_path / "b", model="pieces", size=3 * BoundedFile.PIECE + 17, log=False)
+    size = files.engine.stat().st_size
+    sent: list[int] = []
+    real = socket.socket.sendall
+
+    def sendall(self, data, *args):
+        sent.append(memoryview(data).nbytes)
+        return real(self, data, *args)
+
+    monkeypatch.setattr(socket.socket, "sendall", sendall)
+    stored = oci(registry.host, "pieces").put(files)
+    monkeypatch.undo()
+    assert sorted(n for n in sent if n > 64 * 1024) == [BoundedFile.PIECE] * 3  # the body: three whole pieces ...
+    assert 17 in sent  # ... and its short last one
+    out = tmp_path / "e.plan"
+    oci(registry.host, "pieces").get(stored.digest, out)
+    assert out.read_bytes() == files.engine.read_bytes() and out.stat().st_size == size
 
 
 def test_the_upload_body_is_pieces_of_one_buffer_with_a_deadline_between_them(tmp_path):

@@ -166,6 +166,22 @@ def test_a_file_smaller_than_a_chunk_is_read_whole_through_its_own_sized_buffer(
     assert hash_file(str(f), scan_external=True) == (_sha(data), size >= len(_EXTERNAL_MARK))
 
 
+def test_a_small_file_is_not_read_through_a_chunk_sized_buffer(tmp_path, monkeypatch):
+    """Zeroing an 8 MiB buffer cost 86 of the 100 us of hashing a manifest (issue 24, registry row)."""
+    f = tmp_path / "manifest.yaml"
+    data = os.urandom(300)
+    f.write_bytes(data)
+    sizes: list[int] = []
+
+    def sized(n: int) -> bytearray:
+        sizes.append(n)
+        return bytearray(n)
+
+    monkeypatch.setattr(digests, "bytearray", sized, raising=False)  # the module's name, ahead of the builtin
+    assert hash_file(str(f)) == (_sha(data), False)
+    assert sizes and max(sizes) <= len(data) + 1
+
+
 def test_a_file_that_grew_after_its_size_was_read_is_hashed_to_its_end(tmp_path, monkeypatch):
     f = tmp_path / "f"
     data = os.urandom(5000)
