@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         per_node_gate: dict[str, list[float]] = {}
         per_node_raw: dict[str, list[float]] = {}
         last_summary: dict = {}
+        loads: list[float] = []  # the 1-minute load average after each round (other jobs share the cores)
         for r in range(args.rounds):
             order = ("gate", "raw") if r % 2 == 0 else ("raw", "gate")
             for which in order:
@@ -223,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                     raw_nodes.append(sum(nodes.values()))
                     for k, v in nodes.items():
                         per_node_raw.setdefault(k, []).append(v)
+            loads.append(os.getloadavg()[0])
             print(f"round {r + 1}: gate {gate_walls[-1]:.2f} s (steps {node_sums[-1]:.2f} s), raw "
-                  f"{raw_walls[-1]:.2f} s", flush=True)
+                  f"{raw_walls[-1]:.2f} s; load average {loads[-1]:.2f}", flush=True)
         # the fixed cost: the last round's cache again, now fully gated (every verdict cached)
         noop_cache = work / "noop"
         shutil.copytree(build_cache, noop_cache, symlinks=True)
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     med = statistics.median
     gate_m, raw_m, steps_m = med(gate_walls), med(raw_walls), med(node_sums)
     result = {
-        "machine": info, "rounds": args.rounds, "cells": CELLS,
+        "machine": info, "rounds": args.rounds, "cells": CELLS, "load_after_rounds": loads,
         "gate_wall_s": gate_walls, "raw_wall_s": raw_walls, "gate_steps_s": node_sums,
         "gate_median_s": gate_m, "raw_median_s": raw_m, "ratio": gate_m / raw_m,
         "designed_pauses_s": raw.gaps_s, "ratio_without_pauses": (gate_m - raw.gaps_s) / raw_m,

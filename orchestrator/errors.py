@@ -21,12 +21,14 @@ Tree::
     │   ├── StoreUnavailableError      exit 1   the registry cannot be reached
     │   └── ArtifactNotFoundError      exit 1   no artifact by that address/digest
     ├── NoCompatibleEngineError        exit 4   pull/export found candidates, none can run there (each with why)
+    ├── NoSpaceError                   exit 1   a write ran out of disk space (also an OSError, errno ENOSPC/EDQUOT)
     └── CIError                        exit 1   a CI workflow cannot be generated as asked
 """
 
 from __future__ import annotations
 
 import enum
+import errno
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +184,25 @@ class NoCompatibleEngineError(OrchestratorError):
         self.candidates = candidates or []
         lines = [message] + [f"  - {who}: {why}" for who, why in rejections]
         super().__init__("\n".join(lines), hint=hint)
+
+
+class NoSpaceError(OrchestratorError, OSError):
+    """A write failed for want of space: ``path`` (the folder written to), the bytes still free there (None: not
+    known) and what was being written. Also an ``OSError`` (``errno`` ENOSPC or EDQUOT), so code that handles a
+    failed write as an OSError still does."""
+
+    def __init__(self, path: str, free_bytes: int | None, *, what: str | None = None, quota: bool = False,
+                 hint: str | None = None) -> None:
+        self.path = path
+        self.free_bytes = free_bytes
+        free = f" ({free_bytes / (1024 * 1024):.0f} MiB free)" if free_bytes is not None else ""
+        left = "no space left within the disk quota on" if quota else "no space left on"
+        super().__init__(f"{left} {path}{free}" + (f" while writing {what}" if what else ""),
+                         hint=hint or "free space on that filesystem, or work elsewhere (--cache-dir or "
+                                      "ORCHESTRATE_CACHE for the work directory)")
+        self.errno = errno.EDQUOT if quota else errno.ENOSPC
+        self.strerror = self.message
+        self.filename = path
 
 
 class CIError(OrchestratorError):

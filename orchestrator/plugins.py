@@ -21,7 +21,9 @@ from typing import Any, Union
 
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
+from orchestrator.contracts.identify import Identifier
 from orchestrator.contracts.runtime import Runtime, TritonBackend
+from orchestrator.contracts.signer import Signer
 from orchestrator.contracts.store import ExistenceCheck, IndexReader, Store
 from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.artifact import EngineDescriptor, EngineTarget
@@ -37,6 +39,8 @@ RUNTIMES = "trt_orchestrator.runtimes"
 STORES = "trt_orchestrator.stores"
 CI = "trt_orchestrator.ci"
 TASKS = "trt_orchestrator.tasks"
+IDENTIFIERS = "trt_orchestrator.identifiers"
+SIGNERS = "trt_orchestrator.signers"
 
 DEFAULT_STORE = "local"
 OCI_STORE = "oci"  # the store an oci:// registry URL names
@@ -52,6 +56,9 @@ _REQUIRED: dict[str, dict[str, str]] = {
     STORES: {},  # a factory: checked as callable below
     CI: {"name": "attr", "max_shards": "attr", "render": "callable"},
     TASKS: {"name": "attr", "metrics": "attr", "evaluate": "callable"},
+    IDENTIFIERS: {"name": "attr", "order": "attr", "identify": "callable"},
+    SIGNERS: {"name": "attr", "media_type": "attr", "filename": "attr", "available": "callable",
+              "accepts": "callable", "sign": "callable", "verify": "callable"},
 }
 
 
@@ -100,7 +107,60 @@ def load(group: str, name: str) -> Any:
 
 def builder(name: str) -> Builder:
     plugin: Builder = load(BUILDERS, name)
+    check_builder_slugs()
     return plugin
+
+
+@cache
+def check_builder_slugs() -> None:
+    """Two installed builders with one address slug would give their cells the same addresses (``sm89+trt10.13``):
+    refused when builders are loaded, naming both plugins, before any address is made from a slug."""
+    seen: dict[str, str] = {}
+    for name in names(BUILDERS):
+        try:
+            slug = str(load(BUILDERS, name).slug)
+        except PluginError:
+            continue  # reported where that builder is used
+        if slug in seen:
+            first = seen[slug]
+            raise PluginError(name, f"uses the address slug {slug!r}, which builder {first!r} "
+                                    f"({_distribution(BUILDERS, first)}) uses too", group=BUILDERS,
+                              hint=f"cell addresses would collide; uninstall one of {_distribution(BUILDERS, first)} "
+                                   f"and {_distribution(BUILDERS, name)}, or give one builder another slug")
+        seen[slug] = name
+
+
+def _distribution(group: str, name: str) -> str:
+    """The distribution (and version) an entry point comes from, for messages: ``onnx-copy-plugin 1.0.0``."""
+    dist = getattr(_entry_points(group)[name], "dist", None)
+    return f"{dist.metadata['Name']} {dist.version}" if dist is not None else f"the {name!r} plugin"
+
+
+def recipe(group: str, name: str) -> str:
+    """A builder's or transform's recipe version (a build-key input): its ``recipe`` attribute when it states one
+    (bumped whenever its output changes), else the version of the distribution it is installed from, so a new
+    release of a third-party plugin rebuilds what it built."""
+    stated = getattr(load(group, name), "recipe", None)
+    if stated is not None:
+        if not isinstance(stated, str) or not stated.strip():
+            raise PluginError(name, f"'recipe' must be a non-empty string, not {stated!r}", group=group,
+                              hint="a version you bump when the plugin's output changes, e.g. recipe = \"2\"")
+        return stated
+    dist = getattr(_entry_points(group)[name], "dist", None)
+    return str(dist.version) if dist is not None else ""
+
+
+def recipes() -> dict[str, str]:
+    """``builder:<name>`` / ``transform:<kind>`` -> the recipe version of every installed builder and transform
+    (``core.resolve.ResolveInputs.recipes``); a plugin that fails to load is left out (its cells are blocked)."""
+    out: dict[str, str] = {}
+    for group, prefix in ((BUILDERS, "builder"), (TRANSFORMS, "transform")):
+        for name in names(group):
+            try:
+                out[f"{prefix}:{name}"] = recipe(group, name)
+            except PluginError:
+                continue
+    return out
 
 
 def transform(kind: str) -> Transform:
@@ -138,6 +198,28 @@ def task(kind: str) -> TaskMetric:
     """The task-metric plugin of a manifest's ``models[].task.kind``."""
     plugin: TaskMetric = load(TASKS, kind)
     return plugin
+
+
+def identifiers() -> list[Identifier]:
+    """Every installed identifier, in the order they are asked (``order``, then name)."""
+    found: list[Identifier] = [load(IDENTIFIERS, name) for name in names(IDENTIFIERS)]
+    return sorted(found, key=lambda i: (int(i.order), str(i.name)))
+
+
+def signer(name: str) -> Signer:
+    plugin: Signer = load(SIGNERS, name)
+    return plugin
+
+
+def signers() -> list[Signer]:
+    """Every installed signer plugin (one that fails to load is reported when it is named)."""
+    out = []
+    for name in names(SIGNERS):
+        try:
+            out.append(signer(name))
+        except PluginError:
+            continue
+    return out
 
 
 def builder_capabilities(name: str, version: str) -> BuilderCapabilities | None:

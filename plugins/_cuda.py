@@ -81,6 +81,20 @@ def handle(obj: Any) -> int:
         return int(obj)
 
 
+def _quietly(name: str, *args: Any) -> None:
+    """A clean-up call whose own failure must not hide the error being handled."""
+    try:
+        call(name, *args)
+    except CudaCallError:
+        pass
+
+
+def free_device_bytes() -> int:
+    """Free memory of the current device (``cudaMemGetInfo``)."""
+    free, _total = call("cudaMemGetInfo")
+    return int(free)
+
+
 def device_compute_capability(device: int = 0) -> str:
     rt = cudart()
     major = call("cudaDeviceGetAttribute", rt.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor, device)
@@ -170,3 +184,47 @@ def copy_htod(dst_ptr: int, array: np.ndarray) -> None:
     if array.nbytes:
         call("cudaMemcpy", dst_ptr, array.ctypes.data, array.nbytes,
              cudart().cudaMemcpyKind.cudaMemcpyHostToDevice)
+
+
+class CudaGraph:
+    """Work enqueued on one stream, captured once as a CUDA graph and replayed with one launch.
+
+    NVIDIA's pattern for TensorRT (Developer Guide, "CUDA Graphs"; trtexec ``--useCudaGraph``): enqueue once outside
+    capture so the engine's shape-dependent state is set up, then ``cudaStreamBeginCapture``, enqueue, and
+    ``cudaStreamEndCapture`` + ``cudaGraphInstantiate``; each run is then one ``cudaGraphLaunch``. A replay issues
+    one launch instead of one per kernel, so the host's launch jitter stays out of the device time of a short,
+    launch-bound engine. Capture is refused when the enqueued work is not capturable (a synchronising call inside,
+    data-dependent shapes): :meth:`capture` then raises ``CudaCallError`` and leaves no graph, and the caller runs
+    the work eagerly (trtexec does the same after "The CUDA graph capture on the stream has failed")."""
+
+    def __init__(self) -> None:
+        self.graph: Any = None
+        self.exec: Any = None
+
+    def capture(self, stream: Stream, enqueue: Any) -> None:
+        rt = cudart()
+        # thread-local mode: another thread's unrelated CUDA calls neither break nor join this capture
+        call("cudaStreamBeginCapture", stream.obj, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal)
+        try:
+            enqueue()
+        except BaseException:
+            _quietly("cudaStreamEndCapture", stream.obj)  # leave capture mode before the error travels
+            _quietly("cudaGetLastError")
+            raise
+        try:
+            self.graph = call("cudaStreamEndCapture", stream.obj)  # cudaErrorStreamCaptureInvalidated: refused
+        except CudaCallError:
+            _quietly("cudaGetLastError")  # an invalidated capture leaves a (non-sticky) error behind
+            raise
+        self.exec = call("cudaGraphInstantiate", self.graph, 0)
+
+    def launch(self, stream: Stream) -> None:
+        call("cudaGraphLaunch", self.exec, stream.obj)
+
+    def destroy(self) -> None:
+        if self.exec is not None:
+            call("cudaGraphExecDestroy", self.exec)
+            self.exec = None
+        if self.graph is not None:
+            call("cudaGraphDestroy", self.graph)
+            self.graph = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.app import outputs
+from orchestrator.app import outputs, signatures
 from orchestrator.app.judge import (
     Candidate,
     CpuRule,
@@ -56,6 +56,7 @@ class PullResult:
     lean_runtime: str | None = None
     lean_runtime_path: Path | None = None
     candidates: tuple[Candidate, ...] = ()  # the rejections, machine-readable (same order)
+    signature: signatures.SignatureCheck | None = None  # who signed it, when a signature was required
 
 
 def fetch_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
@@ -83,17 +84,29 @@ def no_compatible(message: str, candidates: Sequence[Candidate], hint: str) -> N
                                    candidates=[c.to_json() for c in candidates])
 
 
+def _precision(art: StoredArtifact) -> str:
+    """The ranking's precision of a candidate: among engines that fit equally well, the most precise wins
+    (``core.select.PRECISION_ORDER``), so `pull` without `--precision` is predictable."""
+    return str(art.metadata.get("precision") or "")
+
+
 def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
          platform: str | None = None, gpu_model: str | None = None,
-         lean_runtime: str | os.PathLike[str] | None = None, allow_cpu: bool = False) -> PullResult:
+         lean_runtime: str | os.PathLike[str] | None = None, allow_cpu: bool = False,
+         require_signature: str | None = None) -> PullResult:
     """Pick the published engine of ``model`` that can run here (or on ``gpu``/``gpu_model``/``runtime``/
     ``platform`` as declared; ``lean_runtime``: the lean runtime library the deployment loads), verify its digest
     and header, and write it to ``out``. A declared GPU is served a CPU engine only with ``allow_cpu``. Decided
     from metadata before any engine byte is read; when nothing fits, ``NoCompatibleEngineError`` lists every
-    candidate with the reason it was rejected (``candidates``: machine-readable)."""
+    candidate with the reason it was rejected (``candidates``: machine-readable). ``require_signature`` (else the
+    registry's ``signing.require``): the chosen engine's signed provenance must verify against it before anything
+    is written (``app.signatures``)."""
     check_precision(precision)
+    trusted = signatures.required(require_signature, registry)
+    if trusted is not None:
+        signatures.trusted_signer(trusted)  # a flag no signer takes is refused before the registry is read
     # the declared GPU is checked before anything is read: a misread one would pick an engine for another machine
     declared_gpu = RunnerFingerprint.parse_gpu_spec(gpu) if gpu != "auto" else None
     if gpu_model is not None:
@@ -114,7 +127,7 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
     store = plugins.open_existing_store(registry)
     wanted, found = find_candidates(store, model, version, precision, profile)
     cpu = CpuRule(allow_cpu, ALLOW_CPU if allow_cpu else f"pass {ALLOW_CPU}") if declared_gpu is not None else None
-    ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu))
+    ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu), precision_of=_precision)
     if ranking.best is None:
         raise no_compatible(
             f"no published engine of {model} {wanted} can run on this runner ({fp.describe()}"
@@ -124,6 +137,7 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
                  "--platform/--gpu/--gpu-model/--runtime/--lean-runtime"
                  + (f" ({ALLOW_CPU} accepts a CPU engine for the declared GPU)" if cpu and not allow_cpu else ""))
     chosen = ranking.best.item
+    signed = signatures.verify(store, chosen, trusted) if trusted is not None else None
     if path is not None:
         created = outputs.probe_file(path, "-o", str(out))
         try:
@@ -135,7 +149,7 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
     return PullResult(path=path, metadata=chosen.metadata, reason=ranking.best.compat.reason,
                       rejections=ranking.explanations(), platform=fp.platform, lean_runtime=needs,
                       lean_runtime_path=lean.path if lean is not None and needs else None,
-                      candidates=explained(ranking.explanations(), found))
+                      candidates=explained(ranking.explanations(), found), signature=signed)
 
 
 # -- deployments: several GPUs at once (``pull --all``, ``export triton``) ------------------------------------------
@@ -237,7 +251,7 @@ def choose_per_gpu(found: Sequence[tuple[str, StoredArtifact]], model: str, fp: 
             why = veto(art) if veto is not None else None
             return Compat.no(why) if why else judged(art)
 
-        ranking = rank_candidates(found, judge_one)
+        ranking = rank_candidates(found, judge_one, precision_of=_precision)
         if ranking.best is None:
             label = cc_label(gpu.compute_capability)
             missing.append(MissingGpu(model, gpu.compute_capability, explained(ranking.rejected, found, label)))
@@ -288,6 +302,7 @@ class PullAllResult:
     out: Path
     engines: tuple[PulledEngine, ...]
     runtime: str  # the declared runtime, in words
+    signatures: tuple[signatures.SignatureCheck, ...] = ()  # who signed each engine, when signatures were required
 
     @property
     def changed(self) -> bool:
@@ -295,7 +310,8 @@ class PullAllResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"out": str(self.out), "runtime": self.runtime, "changed": self.changed,
-                "engines": [e.to_json() for e in self.engines]}
+                "engines": [e.to_json() for e in self.engines],
+                "signatures": [s.to_json() for s in self.signatures]}
 
 
 def _engine_suffix(meta: Mapping[str, Any]) -> str:
@@ -310,15 +326,19 @@ def engine_filename(meta: Mapping[str, Any], ccs: Sequence[str | None]) -> str:
 def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequence[str], out: str | os.PathLike[str],
              version: str | None = None, precision: str | None = None, profile: str | None = None,
              runtime: str | None = None, platform: str | None = None,
-             fingerprint: RunnerFingerprint | None = None) -> PullAllResult:
+             fingerprint: RunnerFingerprint | None = None, require_signature: str | None = None) -> PullAllResult:
     """For every model (none named: every model in the registry) and every declared GPU, the engine ``pull --gpu``
     would choose, verified and written once per engine as ``out/<model>/model.<gpus>.<suffix>``. ``runtime``:
     the deployment's (``trt10.13``, ``triton:25.01``), or None: each engine on the runtime and release that built
     it (an init container is not the machine that loads the engines). A CPU engine serves the declared GPUs only
     when ``none`` is among ``gpus``. Everything is decided from metadata before anything is written: a GPU nothing
     serves raises ``NoCompatibleEngineError`` and writes nothing. A file that already holds the chosen engine
-    (same sha256) is left alone."""
+    (same sha256) is left alone. ``require_signature``: as ``pull``'s, every chosen engine checked before any is
+    written."""
     check_precision(precision)
+    trusted = signatures.required(require_signature, registry)
+    if trusted is not None:
+        signatures.trusted_signer(trusted)
     declared = declared_gpus(gpus)
     spec = deployment_runtime(runtime)
     root = outputs.check_directory(out, "-o")
@@ -339,6 +359,7 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
         missing += lacking
     if missing:
         raise missing_error(missing, "serve every declared GPU", runtime_words(spec))
+    checks = signatures.verify_all(store, [c.artifact for c in choices], trusted)
     # every directory first: one that cannot be made stops the pull before any engine is written
     outputs.make_directories(sorted({root / c.model for c in choices}), "-o", out)
     engines = []
@@ -352,4 +373,4 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
         engines.append(PulledEngine(choice.model, str(meta["model"]["version"]), str(meta["address"]),
                                     choice.artifact.digest, int(meta["engine"]["size"]), path, choice.ccs, status,
                                     choice.reason))
-    return PullAllResult(root, tuple(engines), runtime_words(spec))
+    return PullAllResult(root, tuple(engines), runtime_words(spec), checks)

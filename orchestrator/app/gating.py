@@ -22,7 +22,7 @@ from orchestrator.contracts.store import AttachmentReader, StoredArtifact
 from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
-from orchestrator.core.plan import Plan
+from orchestrator.core.plan import RUNNER_WORK, Plan
 from orchestrator.core.query import select
 from orchestrator.core.versions import parse_version, same_version
 from orchestrator.gates.drift import OUTPUTS_FILE
@@ -126,12 +126,42 @@ def drift_baseline(project: Project, cell: Cell, model: Model, fingerprint: Runn
             "benchmark": bench.get("verdict") if same_gpu and bench.get("verdict") else None}
 
 
+def kept_verdicts(project: Project, the_plan: Plan, cells: Iterable[Cell],
+                  records: Callable[[str], list[StoredArtifact]]) -> dict[str, dict[str, Any]]:
+    """Gate node id -> the published verdict it keeps: for a cell to re-gate (its published engine is current), each
+    gate whose own settings and runtime did not move since that record's verdicts keeps its verdict (a parity-only
+    change re-runs no benchmark); only the gates whose settings moved run again."""
+    regate = {e.address for e in the_plan.entries if e.status == "regate"}
+    wanted = [c for c in cells if c.address in regate]
+    if not wanted:
+        return {}
+    latest = registry_index(project).latest_by_address()
+    kept: dict[str, dict[str, Any]] = {}
+    for cell in wanted:
+        published = latest.get(cell.address)
+        if published is None or published.build_key != cell.build_key or not published.gate_inputs:
+            continue
+        old, new = published.gate_inputs, cell.gate_inputs
+        same = [kind for kind in ("parity", "benchmark") if new.get(kind) is not None
+                and old.get(kind) == new.get(kind) and old.get("runtime") == new.get("runtime")]
+        if not same:
+            continue
+        record = next((a for a in select(records(cell.model), lambda a: a.metadata, address=cell.address)
+                       if str(a.metadata.get("record_key") or a.metadata.get("build_key")) == published.record_key),
+                      None)
+        for kind in same:
+            verdict = ((record.metadata.get("gates") or {}).get(kind) if record is not None else None)
+            if isinstance(verdict, dict) and verdict.get("status") in ("passed", "failed"):
+                kept[f"gate:{kind}:{cell.address}"] = verdict
+    return kept
+
+
 def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
          jobs: int | None = None, fingerprint: RunnerFingerprint | None = None, on_event: EventFn | None = None,
          in_process: bool = False, on_fetch: FetchProgress | None = None) -> RunSummary:
     """Parity and benchmark gates for the built engines in scope. An engine this runner cannot run is
     ``pending`` (e.g. RTX AOT engines on a machine without an RTX/Ampere+ GPU), never run wrong."""
-    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only, statuses=RUNNER_WORK)
     selected = set(_gate_nodes(project, cells))
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
     published: dict[str, list[StoredArtifact]] = {}
@@ -149,16 +179,25 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
         out["drift_baseline"] = base["record"]["record_key"] if base else None
         return out
 
+    kept = kept_verdicts(project, the_plan, cells, records) if selected else {}
+
     def reuse(node: Node, result: dict[str, Any]) -> bool:
-        # a verdict is reused only from this runtime (and reference) version, and for a benchmark this GPU model
-        return bool((result.get("data") or {}).get("runner") == facts(node))
+        # a verdict is reused only from this runtime (and reference) version, and for a benchmark this GPU model;
+        # a kept published verdict (``kept_verdicts``) is its record's, wherever it was given
+        data = result.get("data") or {}
+        if data.get("kept"):
+            return node.id in kept and data.get("runner") == kept[node.id].get("runner")
+        return bool(data.get("runner") == facts(node))
 
     def prepare_task(node: Node) -> Prepared:
         cell = project.graph.cell(str(node.address))
+        model = project.model_of(cell)
+        if node.id in kept:  # its settings did not move: the published verdict stands, whatever runner this is
+            return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
+                               kept=kept[node.id]), None
         reason = runtime_reason(cell, runner)
         if reason:
             return None, StepOutcome(status="pending", reason=f"gate pending: {reason}")
-        model = project.model_of(cell)
         baseline = _baseline(project, cell, model, runner) if node.kind == "gate:benchmark" else None
         return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
                            baseline=baseline, runner=facts(node),
@@ -178,10 +217,14 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
 
 def runner_facts(kind: str, cell: Cell, runner: RunnerFingerprint) -> dict[str, Any]:
     """What of the gate runner a verdict depends on beyond its gate key: the runtime version that ran the engine,
-    the reference runtime's (parity), the GPU model (benchmark). Recorded with the verdict; a cached verdict with
-    other facts is not reused."""
+    the reference runtime's (parity), the GPU model (benchmark), and for a CPU engine the CPU's model and
+    kernel-selecting ISA features. Recorded with the verdict; a cached verdict with other facts is not reused."""
     runtime = runtime_of(cell)
     out: dict[str, Any] = {"runtime": runtime, "version": runner.runtime_version(runtime)}
+    if cell.target.device == "cpu":
+        # a CPU engine's numbers follow the kernels onnxruntime picks for this CPU's instruction set (int8 most of
+        # all: issue 22.5): every CPU verdict states them, and a cached one from another ISA is not reused
+        out["cpu"] = runner.cpu.to_json() if runner.cpu is not None else None
     if kind == "gate:parity":
         out["reference"] = runner.runtime_version(plugins.REFERENCE_RUNTIME)
     if kind == "gate:benchmark":

@@ -5,7 +5,9 @@ A cell that has no build result here says why, from the last recorded outcome of
 ``runs/*.json`` that every build, gate and publish writes, newest first, each node with its key): a build that
 failed is ``failed`` with the error's first line; a build that was skipped says why (this runner cannot build
 it, a transform it needs failed); a gate that could not run is ``error``; a benchmark whose blocks disagreed past
-the spread limit is ``noisy``. An outcome recorded for other inputs (another node key) is not this cell's.
+the spread limit is ``noisy``; a cell not gated here whose transformed ONNX failed parity on another cell is
+``held`` (never published ungated), with that reason. An outcome recorded for other inputs (another node key) is
+not this cell's.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import plugins
-from orchestrator.app.pipeline import gate_reports, registry_index, runtime_reason
+from orchestrator.app.outcomes import failed_transform_outputs, gate_reports
+from orchestrator.app.pipeline import registry_index, runtime_reason
 from orchestrator.app.project import Project
 from orchestrator.contracts.store import IndexEntry
 from orchestrator.core.artifact import gate_status
+from orchestrator.core.gpu_parity import parity_caveat, parity_device
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.query import select
 from orchestrator.run.executor import read_result
@@ -144,11 +148,23 @@ def _parity_view(parity: Report) -> tuple[Report | None, list[str]]:
     return shown, extra
 
 
+def gated_cpu(*verdicts: Report | None) -> Report | None:
+    """The CPU (model, kernel-selecting ISA features, where they were read) a CPU engine's verdicts were given on, as
+    their runner facts record it (``app.gating.runner_facts``); None for a GPU engine or a verdict from before."""
+    for verdict in verdicts:
+        facts = (verdict or {}).get("runner")
+        if isinstance(facts, dict) and isinstance(facts.get("cpu"), dict):
+            cpu: Report = facts["cpu"]
+            return cpu
+    return None
+
+
 def report_cells(project: Project) -> list[Report]:
     """One dict per matrix cell for the report: gate status and verdicts found on this machine."""
     fingerprint = None
     published_index = registry_index(project).latest_by_address()
     outcomes = last_outcomes(project)
+    failed_inputs = failed_transform_outputs(project)
     cells = []
     for cell in project.graph.cells:
         entry: Report = {"address": cell.address, "model": cell.model, "precision": cell.precision.name,
@@ -174,6 +190,11 @@ def report_cells(project: Project) -> list[Report]:
             parity, bench = gate_reports(project, cell)
         if parity:
             entry["parity"], entry["reasons"] = _parity_view(parity)
+        # a reduced precision judged on a CPU only: no evidence for its numerics on a GPU (issue 23.16)
+        judged_on = parity_device(cell.target.device, parity["status"] if parity else None)
+        caveat = parity_caveat(cell.precision.name, cell.target.device, parity["status"]) \
+            if parity and judged_on == "cpu" else None
+        entry["caveats"] = [caveat] if caveat else []
         if bench:
             entry["benchmark"] = bench["verdict"]
         for section in ("memory", "soak"):  # the memory gate at the max shape, and the soak (run.gate)
@@ -181,6 +202,9 @@ def report_cells(project: Project) -> list[Report]:
             if found:
                 entry[section] = found
                 entry["reasons"] = [*entry["reasons"], *found.get("reasons", ())]
+        cpu = gated_cpu(parity, bench)
+        if cpu is not None:  # a CPU engine's verdict holds for the ISA it was given on (issue 22.5)
+            entry["cpu"] = cpu
         drift = {"outputs": (parity or {}).get("drift"), "latency": (bench or {}).get("drift")}
         if any(drift.values()):
             entry["drift"] = drift
@@ -193,9 +217,13 @@ def report_cells(project: Project) -> list[Report]:
             status = "passed"  # no gate enabled: nothing stands between the engine and publishing
         if status == "pending":
             problem = _gate_problem(cell, project, outcomes) if entry.get("note") is None else None
+            held = failed_inputs.get(cell.transform_node or "") if entry.get("note") is None else None
             if problem is not None:
                 status, entry["note"] = problem[0], problem[1]
                 entry["reasons"] = [*entry["reasons"], *problem[2]]
+            elif held:  # never published ungated: the ONNX it was built from is known bad
+                status, entry["note"] = "held", f"held back: {held}"
+                entry["reasons"] = [*entry["reasons"], entry["note"]]
             else:
                 fingerprint = fingerprint or plugins.fingerprint()
                 reason = runtime_reason(cell, fingerprint)

@@ -1,15 +1,15 @@
-"""The pipeline verbs: plan, build, gate, publish (and the checks a shard's runner makes first).
+"""The pipeline verbs: plan, build, gate, publish (and the checks a shard's runner makes first), and what a publish
+did with each cell.
 
 Each takes a loaded ``Project`` and returns data; the CLI renders it. This layer wires the pure core (resolve,
-plan, gate status) to the executor, the steps and the plugins; it names no plugin.
+plan, gate status) to the executor, the steps and the plugins; it names no plugin. What this machine last saw of
+each cell (its cache dir) is ``app.outcomes``.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,12 +17,23 @@ from typing import Any, Literal
 
 from orchestrator import plugins
 from orchestrator.app import sources
+from orchestrator.app.outcomes import (  # re-exported: `plan` and `publish` render them
+    LocalOutcome,
+    RunRecord,
+    failed_transform_outputs,
+    first_line,
+    first_reason,
+    gate_errors,
+    gate_reports,
+    local_outcomes,
+    recent_runs,
+)
 from orchestrator.app.project import Project, display_path
-from orchestrator.contracts.store import AttachmentReader, IndexReader, StoredArtifact, registry_note
+from orchestrator.contracts.store import AttachmentReader, IndexReader, RecordKeyIndex, StoredArtifact, registry_note
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import BuildGraph, Cell, Node
-from orchestrator.core.plan import CHANGED, Plan, model_digests, plan_against
+from orchestrator.core.plan import CHANGED, RUNNER_WORK, Plan, model_digests, plan_against
 from orchestrator.errors import ExitCode, OrchestratorError, PlanError, PluginError, RunnerMismatchError, UsageError
 from orchestrator.run.build import BuildPayload, step_build
 from orchestrator.run.executor import (
@@ -31,7 +42,6 @@ from orchestrator.run.executor import (
     NodeReport,
     RunSummary,
     StepOutcome,
-    read_gate_report,
     read_result,
 )
 from orchestrator.run.prepare import CalibratePayload, ModelPayload, step_calibrate, step_prepare, step_transform
@@ -46,10 +56,12 @@ def registry_index(project: Project) -> IndexReader:
 
 def plan(project: Project, index: IndexReader | None = None, *, max_shards: int | None = None,
          max_cells_per_shard: int = 0) -> Plan:
-    """Every cell against the registry: build, rebuild (naming what changed), up to date, blocked."""
+    """Every cell against the registry: build, rebuild (naming what changed), re-gate, publish (a new model version
+    of a current engine), up to date, blocked."""
     index = index or registry_index(project)
+    records = index.record_digests() if isinstance(index, RecordKeyIndex) else None
     return plan_against(project.graph, index.latest_by_address(), index.state_token(), project.manifest_digests,
-                        max_shards=max_shards, max_cells_per_shard=max_cells_per_shard,
+                        max_shards=max_shards, max_cells_per_shard=max_cells_per_shard, records=records,
                         registry_note=registry_note(index))
 
 
@@ -115,7 +127,7 @@ def _regate_builds(project: Project, the_plan: Plan, cells: Iterable[Cell]) -> d
 
 def build_scope(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = ()) -> set[str]:
     """The nodes ``build`` would consider (for progress totals)."""
-    cells = cells_in_scope(project, the_plan, shard=shard, only=only)
+    cells = cells_in_scope(project, the_plan, shard=shard, only=only, statuses=RUNNER_WORK)
     fetched = _regate_builds(project, the_plan, cells)
     return closure(project.graph, [f"build:{c.address}" for c in cells if f"build:{c.address}" not in fetched]) \
         | set(fetched)
@@ -302,41 +314,20 @@ def verify_shard_runner(project: Project, the_plan: Plan, shard_id: str, fingerp
             hint=f"run this shard on a runner with labels [{', '.join(labels)}] whose hardware matches the targets")
 
 
-def gate_reports(project: Project, cell: Cell) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The parity and benchmark reports on disk for a cell (None where not gated here)."""
-    out = []
-    for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
-        node = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
-        d = project.workspace.node_dir(node) if node else None
-        out.append(read_gate_report(d, name) if d and read_result(d) is not None else None)
-    return out[0], out[1]
-
-
-def _failed_transform_outputs(project: Project) -> dict[str, str]:
-    """Transform node -> why its output is known bad: a cell built from it failed parity here (the same ONNX
-    every other cell of that transform was built from, so "ungated" must not cover those)."""
-    failed: dict[str, str] = {}
-    for cell in project.graph.cells:
-        if not cell.transform_node or cell.transform_node in failed or cell.blocked:
-            continue
-        parity, _ = gate_reports(project, cell)
-        if parity is not None and parity.get("status") == "failed":
-            failed[cell.transform_node] = (f"the {cell.precision.name} ONNX it was built from failed parity on "
-                                           f"{cell.address}")
-    return failed
-
-
 def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
             force: bool = False, on_event: EventFn | None = None, in_process: bool = False) -> RunSummary:
     """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish)."""
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
     nodes = dict(project.graph.nodes)
     payloads: dict[str, PublishPayload] = {}
-    failed_inputs = _failed_transform_outputs(project)
+    failed_inputs = failed_transform_outputs(project)
+    errored = gate_errors(project)
+    # a new model version of a current engine: published from the store, needing nothing built or gated here
+    reused = {e.address: e.published_digest for e in the_plan.entries if e.status == "publish" and e.published_digest}
     for cell in cells:
         pub = f"publish:{cell.address}"
         # the step reads the gates' verdicts itself: pending gates are a decision for it, not a missing input
-        nodes[pub] = replace(nodes[pub], deps=(f"build:{cell.address}",))
+        nodes[pub] = replace(nodes[pub], deps=() if cell.address in reused else (f"build:{cell.address}",))
         dirs = []
         for kind in ("parity", "benchmark"):
             gnode = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
@@ -349,7 +340,8 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
             media_type=caps.engine_media_type, platform_specific=caps.platform_specific,
             calibration_dir=(str(project.workspace.node_dir(project.graph.nodes[cell.calibrate_node]))
                              if cell.calibrate_node in project.graph.nodes else None),
-            gate_dirs=(dirs[0], dirs[1]), force=force,
+            gate_dirs=(dirs[0], dirs[1]), force=force, reuse_digest=reused.get(cell.address),
+            gate_error=errored.get(cell.address),
             failed_input=failed_inputs.get(cell.transform_node) if cell.transform_node else None)
 
     def prepare_task(node: Node) -> Prepared:
@@ -368,206 +360,11 @@ def no_events(event: str, node: Node, report: object) -> None:
     return None
 
 
-# -- the last local outcome of each cell (for `plan`) ---------------------------------------------------------
-
-# The newest run summaries read (``<cache>/runs/*.json``, one per build/gate/publish command), within a byte budget:
-# a cell no recent run touched shows what its node cache says, or nothing.
-_RUNS_READ = 20
-_RUNS_BYTES = 64 << 20
-_NOT_OK = ("failed", "skipped", "interrupted", "pending")
-
-
-@dataclass(frozen=True)
-class LocalOutcome:
-    """What this machine last saw happen to a cell, from its cache dir. ``status``: ``built`` (the engine is in
-    the node cache, not or not fully gated), ``gated`` (every enabled gate passed here), ``gate-failed`` (a gate
-    ran here and failed), or, from the newest run summary naming one of the cell's nodes, ``failed`` /
-    ``skipped`` / ``interrupted`` / ``pending`` at ``step``. ``detail`` says why (one line); ``at`` and ``run``
-    name the run that recorded it (None: read from the node cache)."""
-
-    status: str
-    step: str
-    detail: str = ""
-    at: str | None = None  # ISO 8601 local time the run summary was written
-    run: str | None = None  # that summary, relative to the cache dir
-
-    def text(self) -> str:
-        gate = self.step.removeprefix("gate:")
-        what = {"built": "built here", "gated": "built and gated here",
-                "gate-failed": f"built here; {gate} gate failed"}.get(self.status)
-        if what is None:
-            when = f" ({self.at.replace('T', ' ')})" if self.at else ""
-            what = f"last {self.step} here {self.status}{when}"
-        return f"{what}: {self.detail}" if self.detail else what
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "step": self.step, "detail": self.detail, "at": self.at, "run": self.run}
-
-
-def _first_line(text: object, limit: int = 200) -> str:
-    line = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
-def _first_reason(report: Any, depth: int = 0) -> str:
-    """The first failure reason a gate report holds (its verdicts nest them), or ""."""
-    if depth > 6:
-        return ""
-    if isinstance(report, dict):
-        reasons = report.get("reasons")
-        if isinstance(reasons, list) and reasons:
-            return _first_line(reasons[0])
-        failing = [v for v in report.values() if isinstance(v, (dict, list))
-                   and not (isinstance(v, dict) and v.get("status") == "passed")]
-        for value in failing:
-            found = _first_reason(value, depth + 1)
-            if found:
-                return found
-    elif isinstance(report, list):
-        for value in report:
-            found = _first_reason(value, depth + 1)
-            if found:
-                return found
-    return ""
-
-
-@dataclass(frozen=True)
-class _Run:
-    mtime: float
-    path: str  # relative to the cache dir
-    reports: dict[str, dict[str, Any]]  # node id -> its report
-
-
-def _recent_runs(root: Path) -> list[_Run]:
-    """The newest run summaries, newest first; unreadable or foreign files are passed over."""
-    try:
-        entries = [(e.stat().st_mtime, e) for e in os.scandir(root / "runs") if e.name.endswith(".json")
-                   and e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
-    runs: list[_Run] = []
-    budget = _RUNS_BYTES
-    for mtime, entry in sorted(entries, key=lambda pair: pair[0], reverse=True)[:_RUNS_READ]:
-        try:
-            size = entry.stat().st_size
-            if size > budget:
-                break
-            budget -= size
-            data = json.loads(Path(entry.path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        nodes = data.get("nodes") if isinstance(data, dict) else None
-        if not isinstance(nodes, list):
-            continue
-        reports = {str(n["node"]): n for n in nodes if isinstance(n, dict) and "node" in n}
-        runs.append(_Run(mtime, os.path.relpath(entry.path, root), reports))
-    return runs
-
-
-class _NodeCache:
-    """Which node directories exist (one listing per kind, not one stat per cell) and their results."""
-
-    def __init__(self, project: Project) -> None:
-        self.workspace = project.workspace
-        self.listings: dict[Path, set[str]] = {}
-
-    def result(self, node: Node | None) -> tuple[dict[str, Any], Path, float] | None:
-        if node is None:
-            return None
-        path = self.workspace.node_dir(node)
-        if path.parent not in self.listings:
-            try:
-                self.listings[path.parent] = set(os.listdir(path.parent))
-            except OSError:
-                self.listings[path.parent] = set()
-        if path.name not in self.listings[path.parent]:
-            return None
-        result = read_result(path)
-        if result is None:
-            return None
-        try:
-            mtime = (path / "result.json").stat().st_mtime
-        except OSError:
-            return None
-        return result, path, mtime
-
-
-def _from_cache(project: Project, cell: Cell, cache: _NodeCache) -> tuple[LocalOutcome | None, float]:
-    nodes = project.graph.nodes
-    built = cache.result(nodes.get(f"build:{cell.address}"))
-    if built is None:
-        return None, 0.0
-    newest = built[2]
-    gates = []
-    for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
-        node = nodes.get(f"gate:{kind}:{cell.address}")
-        if node is None:
-            continue
-        found = cache.result(node)
-        report = read_gate_report(found[1], name) if found else None
-        if found:
-            newest = max(newest, found[2])
-        gates.append((kind, report))
-    for kind, report in gates:
-        if report is not None and report.get("status") == "failed":
-            return LocalOutcome("gate-failed", f"gate:{kind}", _first_reason(report)), newest
-    if gates and all(report is not None and report.get("status") == "passed" for _, report in gates):
-        return LocalOutcome("gated", "gate"), newest
-    ran = [kind for kind, report in gates if report is not None]
-    detail = f"{' and '.join(ran)} passed, " if ran else ""
-    missing = [kind for kind, report in gates if report is None]
-    detail += f"{' and '.join(missing)} not run here" if missing else ""
-    return LocalOutcome("built", "build", detail.rstrip(", ")), newest
-
-
-def _from_runs(project: Project, cell: Cell, runs: list[_Run]) -> tuple[LocalOutcome | None, float]:
-    """The newest run that named one of the cell's nodes: its first step that did not succeed, if any."""
-    ids = [f"build:{cell.address}", f"gate:parity:{cell.address}", f"gate:benchmark:{cell.address}",
-           f"publish:{cell.address}"]
-    for run in runs:
-        # summaries that record node keys: a report about another build key of this address is not this cell's
-        mine = [r for r in (run.reports.get(i) for i in ids)
-                if r is not None and r.get("key") in (None, cell.build_key)]
-        if not mine:
-            continue
-        for report in mine:
-            status = str(report.get("status"))
-            if status not in _NOT_OK:
-                continue
-            step, reason = str(report.get("kind") or report["node"]).strip(), str(report.get("reason") or "")
-            cause = run.reports.get(reason.rsplit(" ", 1)[0]) if reason.endswith(" failed") else None
-            if status == "skipped" and cause is not None and cause.get("status") == "failed":
-                # skipped because a dependency failed (a transform of its model): that failure is the outcome
-                status, step, reason = "failed", str(cause.get("kind") or cause.get("node")), str(cause.get("reason"))
-            at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(run.mtime))
-            reason = reason.removeprefix(f"{cell.address}: ")  # BuildError names its node; the row already does
-            return LocalOutcome(status, step, _first_line(reason), at=at, run=run.path), run.mtime
-        return None, run.mtime  # the newest run that touched the cell went fine
-    return None, 0.0
-
-
-def local_outcomes(project: Project) -> dict[str, LocalOutcome | None]:
-    """Each cell's last outcome on this machine (``None``: never built or tried here), so `plan` can tell "never
-    built" from "built but failed". Reads the node cache for the cells' current build keys and the newest run
-    summaries under the cache dir; blocked cells are left out (they never run)."""
-    cache = _NodeCache(project)
-    runs = _recent_runs(project.workspace.root)
-    out: dict[str, LocalOutcome | None] = {}
-    for cell in project.graph.cells:
-        if cell.blocked:
-            continue
-        cached, cached_at = _from_cache(project, cell, cache)
-        ran, ran_at = _from_runs(project, cell, runs)
-        # the newer of the two; a run that went fine after the cache was written leaves the cache's word
-        out[cell.address] = ran if ran is not None and ran_at >= cached_at else cached
-    return out
-
-
 # -- per-cell publishing: what went to the store, what was held back and why (issue 14) -------------------------
 
 # Why a cell in scope was not published. "blocked" (the plan itself blocked the cell: no run can publish it) is
 # listed but does not turn the run red; every other reason does.
-HeldBackWhy = Literal["gate failed", "gate pending", "not built here", "build failed", "blocked",
+HeldBackWhy = Literal["gate failed", "gate errored", "gate pending", "not built here", "build failed", "blocked",
                       "blocked here", "publish failed"]
 
 
@@ -577,9 +374,12 @@ class PublishedCell:
     digest: str  # the engine's digest
     location: str  # the store reference (an OCI reference or a local store path)
     gates: str  # "passed", "pending" (published ungated, as the manifest allows) or "failed" (forced)
+    version: str = ""  # the model version the record publishes
+    reused_from: str | None = None  # the model version whose engine and verdicts it reuses (a version bump)
 
     def to_json(self) -> dict[str, Any]:
-        return {"address": self.address, "digest": self.digest, "location": self.location, "gates": self.gates}
+        return {"address": self.address, "digest": self.digest, "location": self.location, "gates": self.gates,
+                "version": self.version, "reused_from": self.reused_from}
 
 
 @dataclass(frozen=True)
@@ -602,6 +402,9 @@ class PublishReport:
     published: tuple[PublishedCell, ...]
     held_back: tuple[HeldBackCell, ...]
     up_to_date: tuple[str, ...] = ()
+    # cells whose record was in the store before this publish put it (another publisher, or an earlier run):
+    # nothing new landed for them
+    already: tuple[PublishedCell, ...] = ()
 
     @property
     def red(self) -> tuple[HeldBackCell, ...]:
@@ -619,10 +422,11 @@ class PublishReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"published": [p.to_json() for p in self.published],
-                "held_back": [h.to_json() for h in self.held_back], "up_to_date": list(self.up_to_date)}
+                "held_back": [h.to_json() for h in self.held_back], "up_to_date": list(self.up_to_date),
+                "already_published": [p.to_json() for p in self.already]}
 
 
-def _build_outcome(cell: Cell, runs: list[_Run]) -> HeldBackCell | None:
+def _build_outcome(cell: Cell, runs: list[RunRecord]) -> HeldBackCell | None:
     """Why a cell has no build result here, from the newest run summary that recorded its build node (None when
     no run here did: its shard's build artifact never arrived, or it was never built)."""
     node = f"build:{cell.address}"
@@ -634,18 +438,28 @@ def _build_outcome(cell: Cell, runs: list[_Run]) -> HeldBackCell | None:
         cause = run.reports.get(reason.rsplit(" ", 1)[0]) if reason.endswith(" failed") else None
         if status == "skipped" and cause is not None and cause.get("status") == "failed":
             step = str(cause.get("kind") or cause.get("node"))
-            return HeldBackCell(cell.address, "build failed", _first_line(f"{step}: {cause.get('reason') or ''}"))
+            return HeldBackCell(cell.address, "build failed", first_line(f"{step}: {cause.get('reason') or ''}"))
         if status in ("failed", "interrupted"):
             return HeldBackCell(cell.address, "build failed",
-                                _first_line(reason.removeprefix(f"{cell.address}: ") or status))
+                                first_line(reason.removeprefix(f"{cell.address}: ") or status))
         if status in ("skipped", "pending"):
-            return HeldBackCell(cell.address, "not built here", _first_line(f"build {status}: {reason}"))
+            return HeldBackCell(cell.address, "not built here", first_line(f"build {status}: {reason}"))
         return HeldBackCell(cell.address, "not built here", "its build result is no longer in the cache")
     return None
 
 
-def _held_back(project: Project, cell: Cell, report: NodeReport | None, runs: list[_Run],
-               failed_inputs: dict[str, str]) -> HeldBackCell:
+def _reused_held_back(cell: Cell, report: NodeReport | None) -> HeldBackCell:
+    """A new model version of a published engine that was not published again: its published verdicts decided
+    (failed, or ungated where the manifest no longer allows it), or the store could not hand the record back."""
+    why = first_line(report.reason.removeprefix("not published: ")) if report is not None else "not run"
+    if report is not None and report.status == "pending":
+        return HeldBackCell(cell.address, "gate pending", why)
+    return HeldBackCell(cell.address, "gate failed" if report is not None and report.status == "skipped"
+                        else "publish failed", why)
+
+
+def _held_back(project: Project, cell: Cell, report: NodeReport | None, runs: list[RunRecord],
+               failed_inputs: dict[str, str], errored: dict[str, str]) -> HeldBackCell:
     build = project.graph.nodes.get(f"build:{cell.address}")
     if build is None or read_result(project.workspace.node_dir(build)) is None:
         return _build_outcome(cell, runs) or HeldBackCell(
@@ -654,15 +468,17 @@ def _held_back(project: Project, cell: Cell, report: NodeReport | None, runs: li
     parity, bench = gate_reports(project, cell)
     for kind, verdict in (("parity", parity), ("benchmark", bench)):
         if verdict is not None and verdict.get("status") == "failed":
-            first = _first_reason(verdict)
+            first = first_reason(verdict)
             return HeldBackCell(cell.address, "gate failed", f"{kind}: {first}" if first else kind)
     if report is not None and report.status == "skipped" and cell.transform_node in failed_inputs:
-        return HeldBackCell(cell.address, "gate failed", _first_line(failed_inputs[cell.transform_node]))
+        return HeldBackCell(cell.address, "gate failed", first_line(failed_inputs[cell.transform_node]))
+    if report is not None and report.status == "skipped" and cell.address in errored:
+        return HeldBackCell(cell.address, "gate errored", errored[cell.address])
     if report is not None and report.status == "pending":
-        return HeldBackCell(cell.address, "gate pending", _first_line(report.reason.removeprefix(
+        return HeldBackCell(cell.address, "gate pending", first_line(report.reason.removeprefix(
             "not published: gate pending — ")))
     why = report.reason.removeprefix("not published: ") if report is not None else "not run"
-    return HeldBackCell(cell.address, "publish failed", _first_line(why))
+    return HeldBackCell(cell.address, "publish failed", first_line(why))
 
 
 def publish_report(project: Project, the_plan: Plan, summary: RunSummary, *, shard: str | None = None,
@@ -673,18 +489,26 @@ def publish_report(project: Project, the_plan: Plan, summary: RunSummary, *, sha
     only = list(only)
     reports = {r.node: r for r in summary.reports}
     in_scope = cells_in_scope(project, the_plan, shard=shard, only=only)
-    runs = _recent_runs(project.workspace.root)
-    failed_inputs = _failed_transform_outputs(project)
+    runs = recent_runs(project.workspace.root)
+    failed_inputs = failed_transform_outputs(project)
+    errored = gate_errors(project, runs)
     published: list[PublishedCell] = []
+    already: list[PublishedCell] = []
     held: list[HeldBackCell] = []
+    reused = {e.address: e for e in the_plan.entries if e.status == "publish"}
     for cell in in_scope:
         report = reports.get(f"publish:{cell.address}")
         if report is not None and report.status in ("done", "cached"):
-            published.append(PublishedCell(cell.address, str(report.data.get("digest") or ""),
-                                           str(report.data.get("location") or ""),
-                                           str(report.data.get("gates") or "")))
+            entry = reused.get(cell.address)
+            done = PublishedCell(cell.address, str(report.data.get("digest") or ""),
+                                 str(report.data.get("location") or ""), str(report.data.get("gates") or ""),
+                                 cell.model_version, entry.published_version if entry is not None else None)
+            # a store that already held the record hands it back: that is not a publish (outcomes recorded
+            # before ``new`` existed count as published)
+            (published if report.data.get("new", True) else already).append(done)
         else:
-            held.append(_held_back(project, cell, report, runs, failed_inputs))
+            held.append(_reused_held_back(cell, report) if cell.address in reused
+                        else _held_back(project, cell, report, runs, failed_inputs, errored))
     # cells the plan blocked, and cells it wants published that are blocked on this machine (cells_in_scope
     # leaves both out): never silently missing from the list
     scope = set(the_plan.shard(shard).addresses) if shard else None
@@ -696,9 +520,15 @@ def publish_report(project: Project, the_plan: Plan, summary: RunSummary, *, sha
             continue
         here = cells.get(entry.address)
         if entry.status == "blocked":
-            held.append(HeldBackCell(entry.address, "blocked", _first_line(entry.reason)))
+            held.append(HeldBackCell(entry.address, "blocked", first_line(entry.reason)))
         elif entry.status in CHANGED and here is not None and here.blocked:
-            held.append(HeldBackCell(entry.address, "blocked here", _first_line(here.blocked)))
+            held.append(HeldBackCell(entry.address, "blocked here", first_line(here.blocked)))
         elif entry.status == "up-to-date" and wanted is None:
             up_to_date.append(entry.address)
-    return PublishReport(tuple(published), tuple(held), tuple(up_to_date))
+    return PublishReport(tuple(published), tuple(held), tuple(up_to_date), tuple(already))
+
+
+
+__all__ = ["HeldBackCell", "LocalOutcome", "PublishReport", "PublishedCell", "build", "build_scope", "cells_in_scope",
+           "check_plan_current", "failed_transform_outputs", "gate_errors", "gate_reports", "local_outcomes", "plan",
+           "publish", "publish_report", "registry_index", "runtime_of", "runtime_reason", "verify_shard_runner"]

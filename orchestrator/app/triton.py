@@ -51,6 +51,7 @@ from orchestrator.app.judge import (
     find_candidates,
     record_runtime,
 )
+from orchestrator.app.signatures import SignatureCheck, required, trusted_signer, verify_all
 from orchestrator.atomic import write_bytes_atomic
 from orchestrator.contracts.runtime import TritonBackend
 from orchestrator.contracts.store import Store, StoredArtifact
@@ -149,6 +150,7 @@ class TritonExport:
     repo: Path
     models: tuple[TritonModel, ...]
     version_policy: str
+    signatures: tuple[SignatureCheck, ...] = ()  # who signed each engine, when signatures were required
 
     @property
     def unchanged(self) -> bool:
@@ -160,7 +162,8 @@ class TritonExport:
 
     def to_json(self) -> dict[str, Any]:
         return {"repo": str(self.repo), "version_policy": self.version_policy, "unchanged": self.unchanged,
-                "models": [m.to_json() for m in self.models]}
+                "models": [m.to_json() for m in self.models],
+                "signatures": [s.to_json() for s in self.signatures]}
 
 
 # -- protobuf text format -----------------------------------------------------------------------------------------
@@ -429,13 +432,19 @@ def _io_conflict(plan: _Plan) -> None:
 def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo: str | os.PathLike[str],
                   version: str | None = None, precision: str | None = None, profile: str | None = None,
                   runtime: str | None = None, gpus: str | Sequence[str] = "auto", allow_missing: bool = False,
-                  version_policy: str = "latest", fingerprint: RunnerFingerprint | None = None) -> TritonExport:
+                  version_policy: str = "latest", fingerprint: RunnerFingerprint | None = None,
+                  require_signature: str | None = None) -> TritonExport:
     """Write (or bring up to date) a Triton model repository at ``repo`` for ``models``. ``runtime``: as ``pull
     --runtime`` (``trt10.13``, ``ort1.31``) or a serving stack (``triton:25.01``); ``gpus``: compute capabilities
     (``sm86``, ``8.6``) or ``auto`` (those the published TensorRT engines name). A requested GPU no published
     engine serves raises ``NoCompatibleEngineError`` (every candidate with its reason) before anything is written,
-    unless ``allow_missing``: then the rest is written and the result lists the missing ones."""
+    unless ``allow_missing``: then the rest is written and the result lists the missing ones.
+    ``require_signature`` (else the registry's ``signing.require``): every chosen engine's signed provenance must
+    verify against it before anything is written."""
     check_precision(precision)
+    trusted = required(require_signature, registry)
+    if trusted is not None:
+        trusted_signer(trusted)
     if not models:
         raise UsageError("no model named", hint="orchestrate export triton MODEL... --repo DIR")
     policy = VersionPolicy.parse(version_policy)
@@ -453,7 +462,8 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
     for plan in plans:
         if plan.choices:
             _io_conflict(plan)
+    checks = verify_all(store, [c.artifact for p in plans for c in p.choices], trusted)
     exported = [_write(store, p, root, policy) if p.choices else
                 TritonModel(p.model, p.model_version, None, root / p.model, p.backend.kind, p.runtime, (), p.missing)
                 for p in plans]
-    return TritonExport(root, tuple(exported), policy.text())
+    return TritonExport(root, tuple(exported), policy.text(), checks)

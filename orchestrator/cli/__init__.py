@@ -37,6 +37,8 @@ COMMANDS = {
     "report": "orchestrator.cli.report_cmds:report",
     "ci": "orchestrator.cli.ci_cmds:ci",
     "upgrade-check": "orchestrator.cli.upgrade_cmds:upgrade_check",
+    "identify": "orchestrator.cli.trust_cmds:identify",
+    "adopt": "orchestrator.cli.trust_cmds:adopt",
 }
 
 

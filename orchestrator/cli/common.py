@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from functools import cache
 from typing import Any
@@ -16,8 +17,9 @@ _JSON_MODE = {"on": False}
 
 
 def _width(stream) -> int | None:
-    # Piped output (CI logs, `| less`) keeps whole addresses on one line instead of rich's default 80 columns.
-    return None if stream.isatty() else 200
+    # Piped output (CI logs, `| less`) keeps whole addresses on one line instead of rich's default 80 columns;
+    # a width the user sets (COLUMNS) is theirs, piped or not (rich reads it)
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else 200
 
 
 @cache

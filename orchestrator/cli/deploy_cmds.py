@@ -13,6 +13,20 @@ from orchestrator.errors import UsageError
 
 GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9; 'none': machines "
              "without a GPU, which also lets a CPU engine serve a listed GPU that no GPU engine serves{auto}.")
+SIGNATURE_HELP = ("Refuse, before writing anything, an engine whose signed provenance does not verify against this: an "
+                  "ed25519 public key (a PEM file, file:PATH or env:NAME) or a keyless identity "
+                  "(https://github.com/ORG/REPO/.github/workflows/engines.yml@refs/heads/main) [default: the "
+                  "manifest's registry.signing.require]. Unsigned, wrongly signed and mismatching engines exit 1.")
+signature_option = click.option("--require-signature", "require_signature", default=None, metavar="KEY|IDENTITY",
+                                help=SIGNATURE_HELP)
+
+
+def _signed_lines(checks) -> None:
+    for c in checks:
+        console().print(Text(f"signature verified: {one_line(c.address)} {c.digest[:19]} signed by "
+                             f"{one_line(c.signer)}"))
+
+
 RUNTIME_HELP = ("The deployment's runtime: trt10.13[.3.9], ort1.31, or its serving stack: triton:25.01, "
                 "ngc-tensorrt:25.01, jetpack:6.2 (resolved to the exact TensorRT it ships){default}.")
 
@@ -32,7 +46,9 @@ def _rejections(missing) -> None:
                    "every GPU in --gpus, one verified file per engine (what an init container runs).")
 @click.option("--gpus", multiple=True, metavar="CCS", help=GPUS_HELP.format(auto="; with --all, repeatable"))
 @click.option("--version", "version", default=None, help="A model version [default: latest].")
-@click.option("--precision", default=None, help="fp32, fp16, bf16, int8 or fp8 [default: any].")
+@click.option("--precision", default=None,
+              help="fp32, fp16, bf16, int8 or fp8 [default: any; among engines that fit equally well the most "
+                   "precise wins: fp32, then fp16, bf16, int8, fp8].")
 @click.option("--profile", default=None, help="Profile set name.")
 @click.option("--gpu", default="auto", show_default=True, help="auto (NVML), a CC like sm89 / 8.9, or none.")
 @click.option("--gpu-model", default=None, metavar="MODEL",
@@ -54,9 +70,10 @@ def _rejections(missing) -> None:
 @registry_option
 @click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this manifest's registry.")
+@signature_option
 @json_option
 def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, allow_cpu,
-         lean_runtime, out, registry, manifest, as_json):
+         lean_runtime, out, registry, manifest, require_signature, as_json):
     """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out.
 
     With --all, fill a directory for a deployment: for every model and every GPU in --gpus, the engine `pull --gpu`
@@ -68,7 +85,8 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
 
     Exit status: 0 done; 4 when engines are published but none can run on a declared GPU/runtime (nothing is
     written; every candidate is listed with its reason; --json: error.candidates); 1 when the model, version,
-    precision or profile is not published, or a check fails; 2 for a usage error."""
+    precision or profile is not published, or a check fails (digest, plan header, --require-signature: nothing
+    written); 2 for a usage error."""
     config = registry_from(registry, (manifest,) if manifest else ())
     if pull_all:
         if not gpus:
@@ -81,7 +99,8 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
             raise UsageError("--allow-cpu is for one engine", hint="with --all, add none to --gpus (--gpus sm90,none): "
                                                                    "the deployment also runs CPU engines")
         result = deploy.pull_all(models, registry=config, gpus=gpus, out=out, version=version, precision=precision,
-                                 profile=profile, runtime=runtime, platform=platform_)
+                                 profile=profile, runtime=runtime, platform=platform_,
+                                 require_signature=require_signature)
         if as_json:
             print_json(result.to_json())
             return
@@ -89,6 +108,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
             console().print(Text(f"{e.status:9} {one_line(str(e.path))}  {e.digest[:19]}  "
                                  f"{', '.join(e.to_json()['gpus'])}  "
                                  f"({one_line(e.address)})"))
+        _signed_lines(result.signatures)
         console().print(Text(f"{len(result.engines)} engine(s) for {len(set(e.model for e in result.engines))} "
                              f"model(s) in {one_line(str(result.out))}"
                              + ("" if result.changed else ": nothing changed")))
@@ -100,7 +120,8 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
         raise UsageError("--gpus is for pull --all", hint="one engine: --gpu sm86")
     result = deploy.pull(models[0], registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
                          runtime="auto" if runtime is None else runtime, out=out, platform=platform_,
-                         gpu_model=gpu_model, lean_runtime=lean_runtime, allow_cpu=allow_cpu)
+                         gpu_model=gpu_model, lean_runtime=lean_runtime, allow_cpu=allow_cpu,
+                         require_signature=require_signature)
     meta = result.metadata
     lean = ({"version": result.lean_runtime,
              "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
@@ -109,10 +130,13 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
         print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
                     "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
                     "lean_runtime": lean, "metadata": meta,
+                    "signature": result.signature.to_json() if result.signature else None,
                     "rejected": [c.to_json() for c in result.candidates]})
         return
     console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
                                   f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
+    if result.signature:
+        _signed_lines([result.signature])
     if result.path:
         console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
     if lean:
@@ -144,9 +168,10 @@ def export() -> None:
               help="Write the GPUs that have an engine even when some requested GPU has none (listed, exit 0).")
 @click.option("--version-policy", default="latest", show_default=True,
               help="Triton's version policy: latest, latest:N, all, or specific:1,3.")
+@signature_option
 @json_option
 def export_triton(models, repo, registry, manifest, version, precision, profile, runtime, gpus, allow_missing,
-                  version_policy, as_json):
+                  version_policy, require_signature, as_json):
     """Write a Triton Inference Server model repository: REPO/<model>/config.pbtxt and REPO/<model>/<n>/ with one
     engine file per GPU architecture (cc_model_filenames), each with a provenance.json.
 
@@ -158,10 +183,11 @@ def export_triton(models, repo, registry, manifest, version, precision, profile,
     requested = gpus if gpus == "auto" else [g for g in gpus.split(",") if g.strip()]
     result = triton.export_triton(models, registry=config, repo=repo, version=version, precision=precision,
                                   profile=profile, runtime=runtime, gpus=requested, allow_missing=allow_missing,
-                                  version_policy=version_policy)
+                                  version_policy=version_policy, require_signature=require_signature)
     if as_json:
         print_json(result.to_json())
         return
+    _signed_lines(result.signatures)
     for model in result.models:
         changed = [f for f in model.files if f.status != "unchanged"]
         console().print(Text.assemble(

@@ -12,6 +12,7 @@ from orchestrator.app import gating, pipeline
 from orchestrator.cli.build_cmds import finish, load
 from orchestrator.cli.common import cache_option, console_err, json_option, manifests_argument
 from orchestrator.cli.render.progress import ProgressView
+from orchestrator.core.plan import RUNNER_WORK
 from orchestrator.run.executor import RunSummary
 
 
@@ -33,7 +34,7 @@ def gate(manifests, plan_file, shard, only, verify_runner, jobs, quiet, as_json,
 
     Exit code 3 when a gate ran and the engine failed it."""
     project, the_plan = load(manifests, plan_file, cache_dir)
-    cells = pipeline.cells_in_scope(project, the_plan, shard=shard, only=only)
+    cells = pipeline.cells_in_scope(project, the_plan, shard=shard, only=only, statuses=RUNNER_WORK)
     fingerprint = plugins.fingerprint() if (cells or (shard and verify_runner)) else None
     if shard and verify_runner and fingerprint is not None:
         pipeline.verify_shard_runner(project, the_plan, shard, fingerprint, role="gate")

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 
 import click
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -25,7 +26,8 @@ from orchestrator.core.serving import resolve_serving
 from orchestrator.errors import ExitCode, PlanError
 from orchestrator.manifest import schema as manifest_schema
 
-_STYLE = {"build": "green", "rebuild": "yellow", "regate": "cyan", "up-to-date": "dim", "blocked": "red"}
+_STYLE = {"build": "green", "rebuild": "yellow", "regate": "cyan", "publish": "green", "up-to-date": "dim",
+          "blocked": "red"}
 _LABEL = {"regate": "re-gate"}  # how a status reads in tables (JSON keeps the status names)
 # Everything in a plan row that came from a manifest, a registry or a log is data, never markup: rich cells are
 # Text (no [markup], no :emoji:), control characters are written as escapes (a newline cannot start a forged
@@ -63,29 +65,66 @@ def read_plan_file(path: str) -> Plan:
     return plan_from_json(data)
 
 
-def _why(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> str:
-    why = (e.reason if e.status not in ("rebuild", "regate")
-           else "; ".join(e.changes[:3]) + (" …" if len(e.changes) > 3 else ""))
+MAX_CHANGES = 5  # changes listed per cell; the rest are counted (`explain ADDR` lists them all)
+WIDE = 120  # columns from which the plan is one table row per cell; narrower, each cell's reasons go below it
+
+
+def why_lines(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> list[str]:
+    """What the plan says about a cell, one line per change (rebuild, re-gate) and one for its last outcome here."""
+    if e.status in ("rebuild", "regate") and e.changes:
+        lines = list(e.changes[:MAX_CHANGES])
+        if len(e.changes) > MAX_CHANGES:
+            lines.append(f"… and {len(e.changes) - MAX_CHANGES} more (`orchestrate explain {e.address}`)")
+    else:
+        lines = [e.reason] if e.reason else []
     outcome = local.get(e.address)
     if outcome is not None and e.status != "up-to-date":
-        why = f"{why}; {outcome.text()}" if why else outcome.text()
-    return one_line(why)
+        lines.append(outcome.text())
+    return [one_line(line) for line in lines]
 
 
-def render_plan_table(plan: Plan, local: Mapping[str, LocalOutcome | None] | None = None) -> Table:
-    """The plan as a rich table; ``local``: each cell's last outcome on this machine (``pipeline.local_outcomes``)."""
+def _why(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> str:
+    """The reasons on one line (the markdown table's cell)."""
+    return "; ".join(why_lines(e, local))
+
+
+def _status(e: PlanEntry) -> Text:
+    return Text(_LABEL.get(e.status, e.status), style=_STYLE[e.status])
+
+
+def render_plan_table(plan: Plan, local: Mapping[str, LocalOutcome | None] | None = None,
+                      width: int = WIDE) -> RenderableType:
+    """The plan for a terminal ``width`` columns wide; ``local``: each cell's last outcome on this machine
+    (``pipeline.local_outcomes``). Wide: a table, one row per cell, its reasons one per line. Narrow: each cell on
+    a line (symbol, address, status) with its reasons indented below, so no column is squeezed to a few letters."""
     local = local or {}
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("")
-    table.add_column("cell", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("build key", no_wrap=True)
-    table.add_column("why", overflow="fold")
+    if width >= WIDE:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("")
+        table.add_column("cell", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("build key", no_wrap=True)
+        table.add_column("why", overflow="fold")
+        for e in plan.entries:
+            table.add_row(SYMBOL[e.status], Text(one_line(e.address)), _status(e), Text(one_line(e.build_key[:12])),
+                          Text("\n".join(why_lines(e, local))))
+        return table
+    rows: list[RenderableType] = []
+    # addresses and statuses aligned while that leaves room (a very long address is not padded to)
+    address_w = min(max((len(one_line(e.address)) for e in plan.entries), default=0), max(width - 20, 20))
+    status_w = max((len(_status(e)) for e in plan.entries), default=0)
     for e in plan.entries:
-        table.add_row(SYMBOL[e.status], Text(one_line(e.address)),
-                      Text(_LABEL.get(e.status, e.status), style=_STYLE[e.status]),
-                      Text(one_line(e.build_key[:12])), Text(_why(e, local)))
-    return table
+        status = _status(e)
+        status.pad_right(status_w - len(status))
+        head = Text.assemble(f"{SYMBOL[e.status]} ", one_line(e.address).ljust(address_w), "  ", status)
+        why = why_lines(e, local)
+        if len(why) == 1 and head.cell_len + 2 + len(why[0]) <= width:  # one short reason: beside its cell
+            rows.append(Text.assemble(head, "  ", why[0]))
+            continue
+        head.rstrip()
+        rows.append(head)
+        rows.extend(Text(f"    {line}", overflow="fold") for line in why)
+    return Group(*rows)
 
 
 def render_plan_markdown(plan: Plan, local: Mapping[str, LocalOutcome | None] | None = None) -> str:
@@ -163,7 +202,8 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
     elif markdown:
         sys.stdout.write(render_plan_markdown(the_plan, local))
     else:
-        console().print(render_plan_table(the_plan, local))
+        # wrapped at the terminal's width (the console soft-wraps other output): reasons stay under their cell
+        console().print(render_plan_table(the_plan, local, console().width), soft_wrap=False)
         for row in serving:
             console().print(Text(f"target {one_line(row['target'])}: serve {row['serve']} -> TensorRT "
                                  f"{row['tensorrt']}, CUDA {row['cuda'] or '?'}"

@@ -16,6 +16,7 @@ from orchestrator.cli.common import cache_option, console, console_err, json_opt
 from orchestrator.cli.plan_cmds import one_line
 from orchestrator.cli.render import publish as render_publish
 from orchestrator.cli.render import registry as render_registry
+from orchestrator.cli.render.attest import write_checksums
 from orchestrator.cli.render.progress import ProgressView
 from orchestrator.core.model import RegistryConfig
 from orchestrator.errors import ExitCode, UsageError
@@ -48,10 +49,13 @@ registry_option = click.option("--registry", envvar="ORCHESTRATE_REGISTRY", defa
 @click.option("--force", is_flag=True, help="Publish even engines whose gates failed (recorded in the metadata).")
 @click.option("--summary", "summary_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Append a markdown summary (published, held back and why) to FILE, e.g. \"$GITHUB_STEP_SUMMARY\".")
+@click.option("--checksums", "checksums_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write `<sha256>  <address>` for every engine published here (sha256sum format: what GitHub's "
+                   "attest-build-provenance takes as subject-checksums); not written when none was.")
 @click.option("-q", "--quiet", is_flag=True)
 @json_option
 @cache_option
-def publish(manifests, plan_file, shard, only, force, summary_file, quiet, as_json, cache_dir):
+def publish(manifests, plan_file, shard, only, force, summary_file, checksums_file, quiet, as_json, cache_dir):
     """Publish every built engine whose gates passed (pending ones only where the manifest allows it), whatever
     happened to the other cells; the rest are held back, each with its reason.
 
@@ -66,6 +70,8 @@ def publish(manifests, plan_file, shard, only, force, summary_file, quiet, as_js
     if summary_file:
         append_summary(summary_file, render_publish.render_markdown(report, summary.seconds,
                                                                      interrupted=summary.interrupted))
+    if checksums_file:
+        write_checksums(checksums_file, report.published)
     code = ExitCode.INTERRUPTED if summary.interrupted else report.exit_code()
     if not summary.ok and code == ExitCode.OK:
         code = ExitCode.ERROR  # defensive: a failed publish node is always a held-back cell as well

@@ -8,12 +8,20 @@ A builder plugin is an object registered under the entry-point group ``trt_orche
 - ``probe_target(fingerprint) -> Target | None``: the target it would build for on this runner with the version
   installed here (``doctor`` shows it), None when it cannot build here at all
 - ``capabilities(version) -> BuilderCapabilities``: what that builder version can do, pure, no import of the
-  heavy library (the manifest checks and the planner call it on machines without it)
-- ``available(fingerprint) -> str | None``: None if this runner can build with it now, else the reason why not
+  heavy library (the manifest checks and the planner call it on machines without it); among it, which precisions
+  it makes from calibration data (``calibrated``: the manifest then requires ``calibration`` and keys it)
+- ``available(fingerprint, target) -> str | None``: None if the runner whose fingerprint it is given can build
+  ``target`` with it now, else the reason why not (a shard's runner check asks about another machine)
 - ``build(request) -> BuildResult``: does the work; raises ``BuildError`` with the tool's own message
+- ``recipe`` (optional): its recipe version, a build-key input; bump it in the change that makes the builder
+  write other bytes for the same inputs. Without it the version of the distribution the plugin is installed from
+  stands in, so each release of a third-party plugin rebuilds what it built (``plugins.recipe``)
+
+Address slugs are unique among installed builders: two builders with one slug are refused when builders load.
 
 A transform plugin (group ``trt_orchestrator.transforms``) turns one ONNX model into another (fp16 conversion,
-int8 Q/DQ calibration); its output is cached under its own key and shared by every cell that needs it.
+int8 Q/DQ calibration); its output is cached under its own key and shared by every cell that needs it. It states a
+``recipe`` version like a builder (optional; its distribution's version otherwise), part of that key.
 
 Calibration caches: a Q/DQ transform, or a builder whose capabilities name a ``calibration_family``, also has
 ``calibrate(CalibrateRequest) -> dict`` writing the cache to ``request.out_path``. The ``calibrate`` node runs it

@@ -28,13 +28,20 @@ class RuntimeOptions:
     cache_dir: Path | None = None  # runtime caches (RTX JIT cache per (CC, RTX version))
 
 
+# Clocks that time the device work itself: CUDA events around the enqueue ("cuda_event"), or around the replay of a
+# CUDA graph the runtime captured ("cuda_graph"). The benchmark gate judges the compute series of these (docs/gates.md).
+DEVICE_CLOCKS = frozenset({"cuda_event", "cuda_graph"})
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Latencies in milliseconds, one per timed iteration."""
+    """Latencies in milliseconds, one per timed iteration. ``compute_ms``: the engine's work alone (on a GPU, the
+    device series: a CUDA-graph replay where the runtime could capture one; ``extra["cuda_graph"]`` says whether it
+    did, or why not); ``end_to_end_ms``: with the host<->device copies (GPU) or the runtime's plain run (CPU)."""
 
     compute_ms: tuple[float, ...]
     end_to_end_ms: tuple[float, ...] = ()
-    clock: str = "perf_counter_ns"  # or "cuda_event"
+    clock: str = "perf_counter_ns"  # or one of DEVICE_CLOCKS
     device_memory_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

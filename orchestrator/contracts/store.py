@@ -22,12 +22,16 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.core.artifact import IndexEntry
 
 __all__ = ["ArtifactFiles", "Attachment", "AttachmentReader", "DamageKind", "DamagedRecord", "EmptyIndex",
-           "ExistenceCheck", "IndexEntry", "IndexReader", "Quarantined", "Store", "StoreChecker", "StoredArtifact",
-           "CACHE_ROLES", "registry_note"]
+           "ExistenceCheck", "IndexEntry", "IndexReader", "Quarantined", "RecordKeyIndex", "ReferrerWriter", "Store",
+           "StoreChecker", "StoredArtifact", "CACHE_ROLES", "ATTACHMENT_ROLES", "SIGNATURE_ROLE", "registry_note"]
 
 # Attachment roles beside "log" and "extra": caches published with the engines they built (metadata ``caches``
 # links them by digest). A record is identified by its record key (``core.keys.record_key``: build key + gate key).
 CACHE_ROLES = ("calibration-cache", "timing-cache")
+# The signed provenance (a DSSE envelope, or a signer's document carrying one: ``contracts.signer``), published with
+# its engine like a cache and read back with ``AttachmentReader.get_attachment``.
+SIGNATURE_ROLE = "signature"
+ATTACHMENT_ROLES = (*CACHE_ROLES, SIGNATURE_ROLE)
 
 
 class IndexReader(Protocol):
@@ -37,6 +41,17 @@ class IndexReader(Protocol):
     def latest_by_address(self) -> dict[str, IndexEntry]: ...
 
     def state_token(self) -> str: ...
+
+
+@runtime_checkable
+class RecordKeyIndex(Protocol):
+    """An index that names every record it holds (the built-in ones do): ``plan`` then sees a record that is not
+    the newest at its address (a model version published again after a newer one) as published. An index without
+    it is planned against its newest record per address alone."""
+
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> the engine digest of that record."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,9 @@ class EmptyIndex:
 
     def state_token(self) -> str:
         return "empty"
+
+    def record_digests(self) -> dict[str, str]:
+        return {}
 
 
 def registry_note(index: IndexReader) -> str:
@@ -105,7 +123,8 @@ class Quarantined:
 
 @dataclass(frozen=True)
 class Attachment:
-    """A file published with an engine under a role (one of ``CACHE_ROLES``) and a name unique in its record."""
+    """A file published with an engine under a role (one of ``ATTACHMENT_ROLES``) and a name unique in its
+    record."""
 
     path: Path
     role: str
@@ -199,4 +218,15 @@ class ExistenceCheck(Protocol):
 
     def require_existing(self) -> None:
         """A ``StoreError`` naming the store when it does not exist (or is not a store)."""
+        ...
+
+
+@runtime_checkable
+class ReferrerWriter(Protocol):
+    """A store that can also hang a file on a published record the way its registry's own tools look for it (the
+    OCI store: a referrer manifest whose ``subject`` is the record's manifest, with ``artifactType``, found by
+    ``oras discover`` and the referrers API). Optional: the attachment in the record is what ``pull`` reads."""
+
+    def put_referrer(self, record: StoredArtifact, path: Path, artifact_type: str) -> str:
+        """Publish ``path`` as a referrer of ``record`` (idempotent); returns where it is."""
         ...

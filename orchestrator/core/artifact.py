@@ -14,8 +14,10 @@ Shape (abridged)::
      "profiles": ["default"], "target": {"name", "compute_capabilities", "hardware_compatibility", "device",
      "version_compatible"}, "builder": {"name", "version"}, "runtime": "<runtime plugin>", "build_key": "<hex>",
      "key_inputs": {...}, "engine": {"digest": "sha256:...", "size", "filename", "media_type"},
-     "runner": RunnerFingerprint.to_json(), "gates": {"parity", "benchmark", "status", "ungated_publish_allowed"},
+     "runner": RunnerFingerprint.to_json(),
+     "gates": {"parity", "benchmark", "status", "ungated_publish_allowed", "parity_device"?, "caveats"?},
      "timings": {"build_seconds", ...}, "manifest": {"path", "git_commit"}, "created_at",
+     "reused_from": {"record_key", "model_version"} (only on a version bump's record: whose engine it reuses),
      "provenance": {in-toto Statement v1},
      # added by the store when publishing:
      "published_at", "attachments": [{"name", "role": "log"|"extra", "digest", "size"}]}
@@ -194,6 +196,8 @@ class GateSummary:
     ungated_publish_allowed: bool = False
     key: str = ""  # the cell's gate key (``core.gatekeys``) the verdicts were given under
     key_inputs: Mapping[str, Any] | None = None
+    parity_device: str | None = None  # "cpu" / "gpu": where the parity verdict was given (core.gpu_parity)
+    caveats: tuple[str, ...] = ()  # what the verdicts do not show (a reduced precision judged on a CPU only)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -205,6 +209,10 @@ class GateSummary:
         if self.key:
             out["key"] = self.key
             out["key_inputs"] = _plain(dict(self.key_inputs or {}))
+        if self.parity_device is not None:
+            out["parity_device"] = self.parity_device
+        if self.caveats:
+            out["caveats"] = list(self.caveats)
         return out
 
 
@@ -306,6 +314,7 @@ def build_metadata(
     platform_specific: bool = True,
     caches: Mapping[str, Any] | None = None,
     io: Mapping[str, Any] | None = None,
+    reused_from: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The metadata dict for one engine (the one constructor; ``orchestrator.metadata.new_metadata`` fills the
     clock and invocation id and validates it against the schema).
@@ -315,13 +324,15 @@ def build_metadata(
     ``timings`` must contain ``build_seconds``. ``io``: the engine's input and output tensors as the ONNX it was
     built from declares them (``{"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}``, a dim that is not a
     fixed number is -1), what a deployment needs to call the engine without opening it (``export triton``).
+    ``reused_from``: ``{"record_key", "model_version"}`` of the record whose engine and verdicts this one publishes
+    again for another model version (a version bump of an unchanged model); None for an engine built for it.
     """
     builder_id = builder_id or f"https://trt-orchestrator.dev/builders/{target.builder}@{builder_version}"
     target_json = EngineTarget.of(target, platform_specific=platform_specific,
                                   builder_version=builder_version).to_json()
     meta = {
         "schema_version": SCHEMA_VERSION,
-        "record_key": record_key(build_key, gates.key),
+        "record_key": record_key(build_key, gates.key, model_version),
         "address": address,
         "model": {"name": model_name, "version": model_version, "digest": model_digest},
         "precision": precision,
@@ -337,6 +348,7 @@ def build_metadata(
         "gates": gates.to_json(),
         "caches": _plain(dict(caches or {})),
         **({"io": _plain(dict(io))} if io else {}),
+        **({"reused_from": dict(reused_from)} if reused_from else {}),
         "timings": {k: float(v) for k, v in timings.items()},
         "manifest": {"path": manifest_path, "git_commit": git_commit},
         "created_at": created_at,

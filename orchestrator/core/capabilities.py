@@ -57,8 +57,26 @@ class BuilderCapabilities:
     # ("10.13" is three releases); validate reports it at the target's builder_version.
     version_problem: tuple[str, str] | None = None
 
+    # The native precisions it builds from calibration data (the manifest's ``calibration``: a calibrator reads it);
+    # one it quantizes without data (e.g. dynamic quantization) is left out, and its cells then need no data and
+    # key none. A Q/DQ transform route always calibrates (``QDQ_PRECISIONS``).
+    calibrated: frozenset[str] = frozenset({"int8", "fp8"})
+
     def can(self, precision: str) -> bool:
         return precision == "fp32" or precision in self.native or precision in self.via_transform
+
+
+# Precisions whose transform route is a Q/DQ transform that calibrates: it reads the model's calibration data.
+QDQ_PRECISIONS = frozenset({"int8", "fp8"})
+
+
+def needs_calibration_data(spec: PrecisionSpec, caps: BuilderCapabilities, target: Target) -> bool:
+    """Whether a cell of ``spec`` on ``target`` is made from calibration data: a Q/DQ transform's, or its builder's
+    own calibrator for a precision its capabilities list as ``calibrated``."""
+    route = route_of(spec, caps, target)
+    if route == "transform":
+        return spec.name in QDQ_PRECISIONS
+    return route == "native" and spec.name in caps.calibrated
 
 
 def strongly_typed(target: Target, caps: BuilderCapabilities) -> bool:

@@ -5,8 +5,9 @@ model and output layers resolve them; data, samples, seed and shapes; warm-up, i
 thresholds; the baseline rule) and the runtime the cell declares. What only the gate runner knows (the runtime
 and reference versions installed, the GPU model a benchmark ran on, the baseline record) is checked when a
 cached verdict would be reused (``orchestrator.app.gating``): a verdict from another runtime version or GPU model
-is never reused. A cell's gate key covers its gates and its deployment policy (``gpu_match``): the published
-record holds it, and ``plan`` shows ``~ re-gate`` when it moved while the build key did not.
+is never reused. A cell's gate key covers its gates and its deployment policy (``gpu_match``; for a ``cpu_match: isa``
+CPU target also the gating CPU's instruction-set features): the published record holds it, and ``plan`` shows
+``~ re-gate`` when it moved while the build key did not.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.core.keys import digest_of
+from orchestrator.core.keys import MISSING, change_line, changed_values, digest_of
 from orchestrator.core.model import BenchmarkGate, DataSource, DriftGate, Model, PrecisionSpec, Target
 from orchestrator.core.tolerances import resolve_tolerance
 
@@ -143,12 +144,20 @@ def runtime_part(target: Target) -> dict[str, Any]:
     return {"builder": target.builder, "version": target.builder_version}
 
 
-def deploy_part(target: Target) -> dict[str, Any]:
-    return {"gpu_match": target.gpu_match}
+def deploy_part(target: Target, cpu_isa: list[str] | None = None) -> dict[str, Any]:
+    """The deployment policy a cell's records carry. A ``cpu_match: isa`` CPU target's also names the instruction-set
+    features of the CPU that gates it (``cpu_isa``: the resolving runner's, None when unknown), so a verdict given
+    on another ISA is another gate key: ``~ re-gate`` there, and its own record once published. The features are a
+    map (feature -> true), so a plan names each one that differs (``deploy.cpu_isa.avx512_vnni: true -> (absent)``).
+    Other targets' part is as before (their gate keys do not move)."""
+    out: dict[str, Any] = {"gpu_match": target.gpu_match}
+    if target.device == "cpu" and target.cpu_match == "isa":
+        out.update(cpu_match="isa", cpu_isa=None if cpu_isa is None else {f: True for f in cpu_isa})
+    return out
 
 
 def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Target,
-                parity_data_digest: str | None) -> dict[str, Any]:
+                parity_data_digest: str | None, cpu_isa: list[str] | None = None) -> dict[str, Any]:
     """A cell's gate key inputs: the build key, each enabled gate's resolved settings (None: disabled), the runtime
     the cell declares, and the deployment policy its record carries."""
     gate = model.gate
@@ -158,7 +167,7 @@ def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Targe
         "runtime": runtime_part(target),
         "parity": parity_inputs(model, spec, parity_data_digest) if gate.parity.enabled else None,
         "benchmark": benchmark_inputs(model, gate.benchmark) if gate.benchmark.enabled else None,
-        "deploy": deploy_part(target),
+        "deploy": deploy_part(target, cpu_isa),
     }
 
 
@@ -184,3 +193,48 @@ def gate_node_key(inputs: dict[str, Any], kind: str, runtime: str | None = None,
     when the caller has them already)."""
     return _sha(f"gate-node/{inputs['schema']}\0{inputs['build_key']}\0{kind}\0"
                 f"{runtime or digest_of(inputs['runtime'])}\0{settings or digest_of(inputs[kind])}")
+
+
+_TOLERANCES = "parity.tolerances."
+
+
+def _engine_field(inputs: dict[str, Any], field: str) -> Any:
+    """A field of the engine's resolved parity tolerance in gate inputs (MISSING: parity off, or no such field)."""
+    tolerances = ((inputs.get("parity") or {}).get("tolerances") or {}).get("engine") or {}
+    return tolerances.get(field, MISSING)
+
+
+def gate_changes(old: dict[str, Any], new: dict[str, Any], precision: str) -> list[str]:
+    """One line per changed gate setting, named as the manifest field (``gate.parity.tolerances.fp16.atol: 0.01 ->
+    0.05``), between two cells' gate inputs of ``precision``. A tolerance is resolved three times (the engine's,
+    fp32 on a TF32 runtime, each named output) and records where it came from (``source``): one manifest change
+    moves them all, so the copies that moved with the engine's tolerance and the ``source`` trail are left out."""
+    changes = changed_values(old, new)
+    moved = {path: (before, after) for path, before, after in changes}
+    lines: list[str] = []
+    sources: list[str] = []
+    for path, before, after in changes:
+        if not path.startswith(_TOLERANCES):
+            lines.append(change_line(f"gate.{path}", before, after))
+            continue
+        layer, _, rest = path[len(_TOLERANCES):].partition(".")
+        if not rest:
+            continue  # an empty map that came or went: its entries are named
+        if rest.rpartition(".")[2] == "source":  # where a value came from: named only when no value moved
+            sources.append(change_line(f"gate.{path}", before, after))
+            continue
+        if layer == "engine":
+            lines.append(change_line(f"gate.parity.tolerances.{precision}.{rest}", before, after))
+        elif layer == "engine_tf32":
+            if _TOLERANCES + "engine." + rest not in moved:
+                lines.append(change_line(f"gate.parity.tolerances.{precision}.{rest} (TF32 runtimes)", before, after))
+        elif layer == "per_output":
+            # an output without an override of its own is judged with the engine's tolerance: compare with that
+            output, _, field = rest.rpartition(".")
+            before = _engine_field(old, field) if before is MISSING else before
+            after = _engine_field(new, field) if after is MISSING else after
+            if before != after and moved.get(_TOLERANCES + "engine." + field) != (before, after):
+                lines.append(change_line(f"gate.parity.per_output.{output}.{field}", before, after))
+        else:
+            lines.append(change_line(f"gate.{path}", before, after))
+    return lines or sources

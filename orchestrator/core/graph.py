@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.core.keys import record_key
 from orchestrator.core.model import GateSettings, PrecisionSpec, Target
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 
@@ -48,6 +49,11 @@ class Cell:
     toolchain: ResolvedToolchain = RUNNER  # what CI provisions for it (``core.toolchain``); shards group by it
     # its gate where its target overrides the model's (``targets[].gate``); None: the model's gate
     gate: GateSettings | None = field(default=None, hash=False, compare=False)
+
+    @property
+    def record_key(self) -> str:
+        """The identity of the record that publishes this cell: its engine, verdicts and model version."""
+        return record_key(self.build_key, self.gate_key, self.model_version)
 
     @property
     def build_labels(self) -> tuple[str, ...]:

@@ -31,13 +31,26 @@ def build_key(inputs: dict[str, Any]) -> str:
     return digest_of(inputs)
 
 
-def record_key(build_key: str, gate_key: str) -> str:
+def record_key(build_key: str, gate_key: str, model_version: str | None = None) -> str:
     """A published record's identity: one engine (build key) with one set of verdicts (gate key, see
-    ``core.gatekeys``). A re-gated engine is a new record of the same build key; a record without a gate key
-    (published before gate keys existed) is identified by its build key alone."""
+    ``core.gatekeys``), published as one model version. A re-gated engine is a new record of the same build key;
+    so is the same engine published for a new model version (a ``version:`` bump of an unchanged ONNX: same bytes,
+    same verdicts, another release). A record without a gate key (published before gate keys existed) is
+    identified by its build key alone, and one without ``model_version`` (published before versions were part of
+    the identity) by its build key and gate key (``accepted_record_keys``)."""
     if not gate_key:
         return build_key
-    return digest_of({"build_key": build_key, "gate_key": gate_key})
+    parts = {"build_key": build_key, "gate_key": gate_key}
+    if model_version is not None:
+        parts["model_version"] = model_version
+    return digest_of(parts)
+
+
+def accepted_record_keys(build_key: str, gate_key: str, model_version: str | None) -> tuple[str, ...]:
+    """Every record key a record of these keys may carry: today's, then the one of records published before the
+    model version was part of a record's identity (a store written then reads unchanged)."""
+    keys = (record_key(build_key, gate_key, model_version), record_key(build_key, gate_key))
+    return tuple(dict.fromkeys(keys))
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -56,19 +69,37 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human lines naming each key input that differs, e.g. ``builder.version: 10.13.2.6 -> 10.13.3.9``."""
+def changed_values(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(path, before, after)`` of each key input that differs, sorted by path (a side that lacks it: ``MISSING``)."""
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     _flatten(old, "", a)
     _flatten(new, "", b)
+    return [(path, a.get(path, MISSING), b.get(path, MISSING)) for path in sorted(set(a) | set(b))
+            if a.get(path, MISSING) != b.get(path, MISSING)]
+
+
+def change_line(path: str, before: Any, after: Any) -> str:
+    """``path: before -> after``, each value shortened (digests to 12 hex digits, long JSON cut)."""
+    return f"{path}: {_short(before)} -> {_short(after)}"
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human lines naming each key input that differs, e.g. ``builder.version: 10.13.2.6 -> 10.13.3.9``; a plugin's
+    recipe version with the plugin it is of (``builder recipe: onnx-copy 0.1.0 -> 0.2.0``)."""
     lines = []
-    for path in sorted(set(a) | set(b)):
-        if a.get(path, _MISSING) == b.get(path, _MISSING):
-            continue
-        before, after = a.get(path, _MISSING), b.get(path, _MISSING)
-        lines.append(f"{path}: {_short(before)} -> {_short(after)}")
+    for path, before, after in changed_values(old, new):
+        part = _RECIPES.get(path)
+        if part is not None:
+            owner = (new.get(part[0]) or old.get(part[0]) or {}).get(part[1], "?")
+            lines.append(change_line(f"{part[0]} recipe", before, after).replace(": ", f": {owner} ", 1))
+        else:
+            lines.append(change_line(path, before, after))
     return lines
+
+
+# recipe versions (``plugins.recipe``) and the key input naming their plugin: key part -> (part, name field)
+_RECIPES = {"builder.recipe": ("builder", "name"), "transform.recipe": ("transform", "kind")}
 
 
 class _Missing:
@@ -76,11 +107,11 @@ class _Missing:
         return "(absent)"
 
 
-_MISSING = _Missing()
+MISSING: Any = _Missing()
 
 
 def _short(value: Any) -> str:
-    if value is _MISSING:
+    if value is MISSING:
         return "(absent)"
     text = canonical_json(value) if not isinstance(value, str) else value
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):

@@ -176,7 +176,9 @@ _EXPLICIT: dict[str, KeyRule] = {
     # --- models -------------------------------------------------------------------------------------------------
     "models[].name": _address("names the model's cells (model/precision/set@target); no key holds it"),
     "models[].version": _none("a release label recorded in the published metadata and node ids; engines are "
-                              "keyed by the model file's content (models[].source.path), not by its label"),
+                              "keyed by the model file's content (models[].source.path), not by its label; it is "
+                              "part of a record's identity (core.keys.record_key): a new version of an unchanged "
+                              "engine is published again (plan: + publish), never rebuilt"),
     "models[].source.path": _build("the model file, by content digest (with external data): key_inputs.model",
                                    _MODEL),
     "models[].source.sha256": _none("a pin the loader checks against the file; the file's digest is keyed "
@@ -220,6 +222,11 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].precisions[].calibration_method": _build(
         "entropy/percentile/minmax ranges (key_inputs.calibration.method; Q/DQ: transform settings too)",
         Cells("the model's calibrated cells of that precision", precision="entry", calibrated=True)),
+    "models[].precisions[].min_quantized_share": _build(
+        "the share of quantizable nodes the Q/DQ transform must quantize, or fail (key_inputs.transform.settings."
+        "min_quantized_share): a transform accepted under one share is not accepted under a higher one unseen",
+        Cells("the model's transformed int8/fp8 cells of that precision", precision="entry", calibrated=True,
+              transformed=True)),
     "models[].profile_sets.*": _build(
         "the profiles (and their order) one engine holds: key_inputs.profiles",
         Cells("the model's cells of that profile set", profile_set=True)),
@@ -283,11 +290,15 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.allow_ungated_publish": _none(
         "a publishing policy, recorded in the published metadata: it decides whether an unpassed verdict may be "
         "published, not what the verdict is"),
+    "models[].gate.require_gpu_parity": _none(
+        "a publishing policy (core.gpu_parity): it holds back GPU engines of the listed precisions that have no "
+        "parity verdict from a GPU; it decides whether an engine may be published, not what any verdict is"),
     "models[].classifier_outputs.*": _gate(
         "the k of top-k agreement for a classifier output (gate_inputs.parity.classifier_outputs)", _PARITY_CELLS),
     # --- targets ------------------------------------------------------------------------------------------------
     "targets[].name": _address("names the target in matrix rules and reports; cell addresses use its slug"),
-    "targets[].builder": _build("the builder plugin (key_inputs.builder.name; the address slug too)", _TARGET),
+    "targets[].builder": _build("the builder plugin (key_inputs.builder.name, and the recipe version the installed "
+                                "plugin states, key_inputs.builder.recipe; the address slug too)", _TARGET),
     "targets[].builder_version": _build("the exact builder version (key_inputs.builder.version)", _TARGET),
     "targets[].serve": _build("the serving stack: where builder_version is left out, the TensorRT it ships is the "
                               "builder version (key_inputs.builder.version); otherwise only checked against it",
@@ -308,6 +319,9 @@ _EXPLICIT: dict[str, KeyRule] = {
                     "targets[].toolchain.index_url", "targets[].toolchain.cuda")},
     "targets[].gpu_match": _gate(
         "the deployment policy its records carry (gate_inputs.deploy): republished without a rebuild", _TARGET),
+    "targets[].cpu_match": _gate(
+        "which CPU a CPU engine's verdict holds for (gate_inputs.deploy; under isa also the gating runner's "
+        "kernel-selecting ISA features, so a verdict from another ISA is re-gated): no rebuild", _TARGET),
     "targets[].runners.build": _none("runner labels say where work runs, not what is built; the runner's GPU and "
                                      "runtime are checked when a cached result is reused"),
     "targets[].runners.gate": _none("runner labels say where gates run, not what they judge; the runtime version "
@@ -335,6 +349,9 @@ _EXPLICIT: dict[str, KeyRule] = {
                               "benchmark baseline from the registry is checked when a verdict is reused)")
        for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret",
                  "credentials.read_username_secret", "credentials.read_password_secret")},
+    **{f"registry.signing.{f}": _none("who signs an artifact's provenance at publish and what pull requires: a "
+                                      "statement about the engine, never an input to it (docs/trust.md)")
+       for f in ("signer", "key", "require")},
     **{path: _none("a runner pool the team has: it marks cells blocked when no pool can run them, never what is "
                    "built or judged")
        for path in ("runners[].labels", "runners[].compute_capability", "runners[].gpu", "runners[].tensorrt",

@@ -16,6 +16,9 @@ PrecisionVia = Literal["auto", "native", "transform"]
 CalibrationMethod = Literal["entropy", "percentile", "minmax"]
 HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
 GpuMatch = Literal["sku", "cc"]
+# Which CPU a CPU engine's verdict holds for (docs/gates.md, "CPU instruction sets"): "any" (any CPU of the
+# platform) or "isa" (only a CPU with the same kernel-selecting instruction-set features: the gate key records them)
+CpuMatch = Literal["any", "isa"]
 # How fleet CI provisions a target's exact builder version: the runner has it installed (its labels say so), the job
 # runs in the container image of that release, or it installs pinned wheels into a cached virtual environment.
 ToolchainKind = Literal["runner", "container", "pip"]
@@ -69,6 +72,11 @@ class Preprocess:
     color: Literal["RGB", "BGR"] = "RGB"
 
 
+# The files a DataSource folder may hold: arrays, or images (decoded with Pillow, the optional ``images`` extra).
+ARRAY_SUFFIXES = (".npy", ".npz")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
+
+
 @dataclass(frozen=True)
 class DataSource:
     """npy/npz files, or an image folder with preprocessing; None path means seeded random tensors."""
@@ -83,8 +91,11 @@ class DataSource:
 
 @dataclass(frozen=True)
 class Tolerance:
-    atol: float
-    rtol: float
+    """An override of the parity tolerance: each field that is None inherits from the layer below (the precision's
+    default, then the model's override; docs/gates.md)."""
+
+    atol: float | None = None
+    rtol: float | None = None
     min_cosine: float | None = None
     max_rel_l2: float | None = None
     topk: int | None = None
@@ -115,6 +126,11 @@ class ParityGate:
     task_by_precision: dict[str, dict[str, float]] = field(default_factory=dict)
     # False: tensor tolerance failures are reported but do not fail the gate (the task metric is the contract)
     tensor: bool = True
+    # where each override of a cell's gate came from when a target's or matrix rule's gate is merged over the model's:
+    # "fp16" / "output:<name>" -> the layers that write it, e.g. "model:fp16 < target:cpu:fp16" (set by the manifest
+    # loader from the gates as written; the tolerances' ``source`` says it); absent: the model's own ("model:fp16",
+    # "output:<name>")
+    layers: dict[str, str] = field(default_factory=dict)
 
     def task_thresholds(self, precision: str) -> dict[str, float]:
         """The task thresholds an engine of ``precision`` is judged with: the model's, then the precision's."""
@@ -168,6 +184,8 @@ class GateSettings:
     drift: DriftGate = field(default_factory=DriftGate)
     # Publishing an engine whose gates did not pass (or are pending) must be allowed explicitly; recorded.
     allow_ungated_publish: bool = False
+    # reduced precisions whose GPU engines need a parity verdict given on a GPU before publishing (core.gpu_parity)
+    require_gpu_parity: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +197,9 @@ class PrecisionSpec:
     # ops kept in fp32 by the conversion (numerically sensitive ones by default)
     op_block_list: tuple[str, ...] | None = None
     calibration_method: CalibrationMethod = "entropy"
+    # int8/fp8 Q/DQ transforms: the share of quantizable nodes that must come out quantized (None: the transform's
+    # own default); a transform that quantized nothing fails whatever this says
+    min_quantized_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +309,8 @@ class Target:
     # How `pull` matches GPUs: "cc" (any GPU of the compute capability; the one it was built on ranks first) or
     # "sku" (only the GPU model it was built on).
     gpu_match: GpuMatch = "cc"
+    # device cpu only: whether a verdict given on another CPU instruction set stands ("any") or is re-gated ("isa")
+    cpu_match: CpuMatch = "any"
     toolchain: Toolchain = field(default_factory=Toolchain)
     # The serving stack its engines are deployed on (``triton:25.01``): builder_version is the TensorRT it ships.
     serve: str | None = None
@@ -349,12 +372,22 @@ class RegistryCredentials:
 
 
 @dataclass(frozen=True)
+class SigningConfig:
+    """``registry.signing``: who signs each artifact's provenance at publish, and what deployments require."""
+
+    signer: str = "ed25519"  # a signer plugin (``trt_orchestrator.signers``)
+    key: str | None = None  # the private key at publish: ``env:NAME`` or ``file:PATH`` (None: keyless)
+    require: str | None = None  # pull / export triton default for --require-signature (a key, env:, an identity)
+
+
+@dataclass(frozen=True)
 class RegistryConfig:
     store: str | None = None  # store plugin name; None: the default store (``orchestrator.plugins``)
     path: str | None = None  # local store directory (absolute)
     url: str | None = None  # oci: host[:port]/repository-prefix
     insecure: bool = False
     credentials: RegistryCredentials | None = None
+    signing: SigningConfig | None = None  # None: artifacts are published unsigned
 
 
 @dataclass(frozen=True)

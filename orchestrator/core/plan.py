@@ -3,7 +3,8 @@
 Status per cell, Terraform-like: ``+ build`` (nothing published at that address), ``~ rebuild`` (published,
 but the build key differs: the changed inputs are named), ``~ re-gate`` (the published engine is current but its
 verdicts were given under other gate settings: the changed settings are named; gate again, no rebuild),
-``= up to date``, ``! blocked`` (with the reason).
+``+ publish`` (engine and verdicts are current but published under another model version: the same engine is
+published again as this version, no rebuild, no gate), ``= up to date``, ``! blocked`` (with the reason).
 A cell whose newest published record is damaged plans as ``~ rebuild`` with the reason ``record damaged: …``: its
 metadata (gate verdicts, the builder's fingerprint) cannot be trusted, so the cell goes through build (a cache hit
 where this machine still holds the engine), gate and publish again, and publish replaces the damaged record.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from orchestrator.core.artifact import IndexEntry
+from orchestrator.core.gatekeys import gate_changes
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
 from orchestrator.core.model import cc_slug
@@ -28,10 +30,12 @@ from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 from orchestrator.errors import PlanError
 
 PLAN_FORMAT_VERSION = 1
-Status = Literal["build", "rebuild", "regate", "up-to-date", "blocked"]
-SYMBOL = {"build": "+", "rebuild": "~", "regate": "~", "up-to-date": "=", "blocked": "!"}
+Status = Literal["build", "rebuild", "regate", "publish", "up-to-date", "blocked"]
+SYMBOL = {"build": "+", "rebuild": "~", "regate": "~", "publish": "+", "up-to-date": "=", "blocked": "!"}
 # what a status means for the pipeline verbs: these cells need work (build/gate/publish), in this order
-CHANGED: tuple[str, ...] = ("build", "rebuild", "regate")
+CHANGED: tuple[str, ...] = ("build", "rebuild", "regate", "publish")
+# the cells a runner has work for (build, gate): a ``publish`` cell's engine and verdicts come from the store
+RUNNER_WORK: tuple[str, ...] = ("build", "rebuild", "regate")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class PlanEntry:
     published_digest: str | None = None
     shard: str | None = None
     gate_key: str = ""
+    published_version: str | None = None  # the model version of the published record it is compared with
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,7 +60,8 @@ class PlanEntry:
             "build_key": self.build_key, "gate_key": self.gate_key, "model": self.model,
             "precision": self.precision,
             "profile_set": self.profile_set, "target": self.target, "reason": self.reason,
-            "changes": list(self.changes), "published_digest": self.published_digest, "shard": self.shard,
+            "changes": list(self.changes), "published_digest": self.published_digest,
+            "published_version": self.published_version, "shard": self.shard,
         }
 
 
@@ -98,8 +104,9 @@ class Plan:
     def summary(self) -> str:
         c = self.counts()
         regate = f"{c['regate']} to re-gate, " if c["regate"] else ""
-        return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {regate}{c['up-to-date']} up to date, "
-                f"{c['blocked']} blocked")
+        publish = f"{c['publish']} to publish (engine reused), " if c["publish"] else ""
+        return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {regate}{publish}{c['up-to-date']} up to "
+                f"date, {c['blocked']} blocked")
 
     def to_json(self) -> dict[str, Any]:
         c = self.counts()
@@ -110,7 +117,7 @@ class Plan:
             "models": dict(self.models),
             "registry_note": self.registry_note,
             "summary": {"build": c["build"], "rebuild": c["rebuild"], "regate": c["regate"],
-                        "up_to_date": c["up-to-date"],
+                        "publish": c["publish"], "up_to_date": c["up-to-date"],
                         "blocked": c["blocked"], "text": self.summary()},
             "cells": [e.to_json() for e in self.entries],
             "shards": [s.to_json() for s in self.shards],
@@ -124,12 +131,20 @@ class Plan:
         raise PlanError(f"unknown shard {shard_id!r}", hint=f"shards in this plan: {known}")
 
 
-def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
+def _entry(cell: Cell, published: IndexEntry | None, records: Mapping[str, str]) -> PlanEntry:
     common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name,
                                   model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set,
                                   gate_key=cell.gate_key)
     if cell.blocked:
         return PlanEntry(status="blocked", reason=cell.blocked, **common)
+    mine = records.get(cell.record_key)
+    # a damaged newest record is asked for again, also when it is this cell's own record (the record-key listing
+    # holds it too: only reading it finds the damage)
+    own_damaged = published is not None and bool(published.damage) and (
+        mine is None or (published.record_key or published.build_key) == cell.record_key)
+    if mine is not None and not own_damaged:
+        # this very record (engine, verdicts, version) is published, newest at its address or not
+        return PlanEntry(status="up-to-date", reason=f"published {mine[:19]}", published_digest=mine, **common)
     if published is None:
         return PlanEntry(status="build", reason="not published", **common)
     if published.damage:
@@ -139,13 +154,19 @@ def _entry(cell: Cell, published: IndexEntry | None) -> PlanEntry:
                          published_digest=published.digest or None, **common)
     if published.build_key == cell.build_key:
         if published.gate_key == cell.gate_key:
-            return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
-                             published_digest=published.digest, **common)
+            if published.version == cell.model_version:
+                return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
+                                 published_digest=published.digest, **common)
+            # a version bump of an unchanged model: the engine and its verdicts are current; the release is not
+            return PlanEntry(status="publish", reason=f"version {cell.model_version}, engine reused",
+                             changes=(f"model version: {published.version} -> {cell.model_version} (engine "
+                                      f"{published.digest[:19]} and its verdicts reused)",),
+                             published_digest=published.digest, published_version=published.version, **common)
         if not published.gate_key:
             changed: tuple[str, ...] = ("its verdicts were published without a gate key (their settings are "
                                         "unknown)",)
         else:
-            changed = tuple(f"gate: {line}" for line in changed_inputs(published.gate_inputs, cell.gate_inputs))
+            changed = tuple(gate_changes(published.gate_inputs, cell.gate_inputs, cell.precision.name))
         changed = changed or ("gate key changed",)
         return PlanEntry(status="regate", reason=changed[0], changes=changed, published_digest=published.digest,
                          **common)
@@ -221,8 +242,11 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
 
 def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registry_state: str,
                  manifests: Mapping[str, str] | None = None, *, max_shards: int | None = None,
-                 max_cells_per_shard: int = 0, registry_note: str = "") -> Plan:
-    entries = [_entry(cell, published.get(cell.address)) for cell in graph.cells]
+                 max_cells_per_shard: int = 0, records: Mapping[str, str] | None = None,
+                 registry_note: str = "") -> Plan:
+    """Every cell against the registry: ``published`` is the newest record per address, ``records`` every record
+    key the registry holds -> its engine digest (None: the store cannot list them; the newest record decides)."""
+    entries = [_entry(cell, published.get(cell.address), records or {}) for cell in graph.cells]
     changed = {e.address for e in entries if e.status in CHANGED}
     shards = make_shards(graph.cells, only_changed=changed, max_shards=max_shards,
                          max_cells_per_shard=max_cells_per_shard)
@@ -247,7 +271,8 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
                                   target=c["target"], model=c["model"], precision=c["precision"],
                                   profile_set=c["profile_set"], reason=c.get("reason", ""),
                                   changes=tuple(c.get("changes", ())), published_digest=c.get("published_digest"),
-                                  shard=c.get("shard"), gate_key=c.get("gate_key", "")) for c in data["cells"])
+                                  shard=c.get("shard"), gate_key=c.get("gate_key", ""),
+                                  published_version=c.get("published_version")) for c in data["cells"])
         shards = tuple(Shard(id=s["id"], build_labels=tuple(s["build_labels"]), gate_labels=tuple(s["gate_labels"]),
                              targets=tuple(s["targets"]), addresses=tuple(s["addresses"]),
                              toolchain=ResolvedToolchain.from_json(s.get("toolchain")),

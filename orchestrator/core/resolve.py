@@ -16,7 +16,7 @@ from functools import lru_cache
 from graphlib import TopologicalSorter
 from typing import Any
 
-from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, route_of
+from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, needs_calibration_data, route_of
 from orchestrator.core.gatekeys import (
     GATE_KEY_SCHEMA_VERSION,
     benchmark_inputs,
@@ -52,6 +52,12 @@ class ResolveInputs:
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
     # installed transform kinds that cannot run here -> why (e.g. a library they need is missing)
     transform_problems: Mapping[str, str] = field(default_factory=dict)
+    # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
+    # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
+    recipes: Mapping[str, str] = field(default_factory=dict)
+    # this runner's kernel-selecting CPU instruction-set features, for the gate keys of `cpu_match: isa` CPU targets
+    # only (a verdict holds for the ISA it was given on); None: unknown
+    cpu_isa: tuple[str, ...] | None = None
 
 
 def address_part(target: Target) -> str:
@@ -144,6 +150,8 @@ def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Ma
                       "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
     if spec.name in ("int8", "fp8"):
         settings["calibration_method"] = spec.calibration_method
+        if spec.min_quantized_share is not None:  # what the transform accepts as done (absent: its default)
+            settings["min_quantized_share"] = spec.min_quantized_share
     settings["tools"] = _tools(inputs, manifest)
     return settings
 
@@ -260,11 +268,12 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             calib_id = None
             calib_inputs = None
             kind = _TRANSFORM_KIND.get(spec.name) if route == "transform" else None
-            if (kind in ("int8-qdq", "fp8-qdq")) or (route == "native" and spec.name in ("int8", "fp8")):
+            if caps is not None and needs_calibration_data(spec, caps, target):
                 by: str | None
                 if kind:  # Q/DQ by the transform plugin's calibrator, whatever builder builds next: keyed by the
-                    # tool versions the manifest pins for transforms
-                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind}
+                    # tool versions the manifest pins for transforms and the plugin's recipe
+                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind,
+                                  "recipe": inputs.recipes.get(f"transform:{kind}", "")}
                     by = f"transform:{kind}"
                 elif spec.name == "int8" and caps is not None and caps.calibration_family:
                     # the builder's own calibrator: its cache format is that family's, of that exact version
@@ -295,6 +304,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 if tk not in transform_cache:
                     t_inputs = {
                         "kind": kind,
+                        "recipe": inputs.recipes.get(f"transform:{kind}", ""),
                         "model": model_digest,
                         "settings": _transform_settings(spec, inputs, manifest),
                         # the calibration cache's key (its inputs are the cell's `calibration` key part)
@@ -323,7 +333,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
             precision_part = small_parts.setdefault(("precision", spec.name, route),
                                                     {"name": spec.name, "route": route})
             builder_part = small_parts.setdefault(("builder", target.builder, target.builder_version),
-                                                  {"name": target.builder, "version": target.builder_version})
+                                                  {"name": target.builder, "version": target.builder_version,
+                                                   "recipe": inputs.recipes.get(f"builder:{target.builder}", "")})
             key_inputs = {
                 "schema": KEY_SCHEMA_VERSION,
                 "model": model_part,
@@ -358,7 +369,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 bench_cache[id(gmodel)] = (benchmark_inputs(gmodel, gmodel.gate.benchmark)
                                            if gmodel.gate.benchmark.enabled else None)
             if id(target) not in runtime_cache:
-                runtime_cache[id(target)] = (runtime_part(target), deploy_part(target))
+                runtime_cache[id(target)] = (runtime_part(target), deploy_part(
+                    target, list(inputs.cpu_isa) if inputs.cpu_isa is not None else None))
             runtime, deploy = runtime_cache[id(target)]
             g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
                         "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(gmodel)], "deploy": deploy}
@@ -393,8 +405,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                                   model=model.name)
                 gate_deps.append(bid)
             pub = f"publish:{address}"
-            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,), record_key(key, cell_gate_key),
-                              address=address, model=model.name)
+            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,),
+                              record_key(key, cell_gate_key, model.version), address=address, model=model.name)
 
     if problems:
         raise ManifestError(problems)

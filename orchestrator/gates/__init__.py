@@ -1,8 +1,10 @@
 """Accuracy-parity and benchmark gates.
 
 Pure core: ``metrics`` (parity numbers), ``tolerances`` (defaults per precision, override resolution),
-``stats`` (latency percentiles), ``verdict`` (dataclasses + JSON). Edge: ``inputs`` (random tensors and
-dataset files) and ``run`` (drives injected ``Session`` objects). No runtime is imported here.
+``stats`` (latency percentiles), ``noise`` (when the benchmark's noise would decide a verdict), ``verdict``
+(dataclasses + JSON). Edge: ``inputs`` (random tensors and dataset files), ``conditions`` (the GPU's clock and
+temperature per benchmark block, through NVML) and ``run`` (drives injected ``Session`` objects). No runtime is
+imported here.
 """
 
 from orchestrator.gates.inputs import InputCase, benchmark_inputs, gate_cases, random_cases, random_shapes

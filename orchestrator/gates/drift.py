@@ -34,7 +34,8 @@ from orchestrator.core.model import DriftGate, Model
 from orchestrator.core.tolerances import ResolvedTolerance
 from orchestrator.errors import GateError
 from orchestrator.gates.metrics import compare_output
-from orchestrator.gates.verdict import decode_float, encode_float
+from orchestrator.gates.noise import threshold_noise
+from orchestrator.gates.verdict import decode_float, encode_float, shape_gated_series
 
 OUTPUTS_FILE = DRIFT_OUTPUTS_FILE
 INPUTS_KEY = "@inputs"  # per sample: the sha256 of its inputs (names, dtypes, shapes, bytes)
@@ -234,15 +235,20 @@ def judge_drift(model: Model, settings: DriftGate, baseline: Mapping[str, Any], 
 
 def latency_drift(p50_ms: float, input_shapes: Mapping[str, Sequence[int]], label: str,
                   baseline: Mapping[str, Any], baseline_verdict: Mapping[str, Any] | None,
-                  settings: DriftGate) -> dict[str, Any]:
-    """The gated shape's p50 against the drift baseline's benchmark of the same shape and input shapes (the caller
-    passes only a baseline benchmarked on the same GPU model): {baseline, p50_ms, baseline_p50_ms, change_pct,
-    threshold, status, reasons, notes}."""
+                  settings: DriftGate, *, series: str = "end_to_end", noise_pct: float = 0.0,
+                  clock: str | None = None) -> dict[str, Any]:
+    """The gated shape's p50 (of its gated ``series``, whose blocks spread ``noise_pct``) against the drift
+    baseline's benchmark of the same shape, input shapes, series and ``clock`` (None: any; the caller passes only a
+    baseline benchmarked on the same GPU model): {baseline, p50_ms, baseline_p50_ms, change_pct, threshold, status,
+    reasons, notes}.
+    A threshold below the measured noise (the larger spread of the two) is judged as ``gates.noise`` says: status
+    ``noisy`` when the change is within that noise of it."""
     out: dict[str, Any] = {"baseline": dict(baseline), "shape": label, "p50_ms": p50_ms, "baseline_p50_ms": None,
                            "change_pct": None, "threshold": settings.max_latency_regression_pct, "reasons": [],
                            "notes": []}
     shapes = (baseline_verdict or {}).get("shapes") or []
     match = next((s for s in shapes if s.get("label") == label), None)
+    noisy = None
     if baseline_verdict is None:
         out["notes"].append("the baseline was not benchmarked on this GPU model: latency not compared")
     elif match is None:
@@ -250,16 +256,29 @@ def latency_drift(p50_ms: float, input_shapes: Mapping[str, Sequence[int]], labe
     elif {k: list(v) for k, v in (match.get("input_shapes") or {}).items()} != \
             {k: list(v) for k, v in input_shapes.items()}:
         out["notes"].append(f"the baseline timed {label!r} at other input shapes: latency not compared")
+    elif shape_gated_series(match) != series:
+        out["notes"].append(f"the baseline gated its {shape_gated_series(match).replace('_', '-')} series, this run "
+                            f"its {series.replace('_', '-')} series: latency not compared")
+    elif clock is not None and match.get("clock") not in (None, clock):
+        out["notes"].append(f"the baseline was timed by {match.get('clock')}, this run by {clock}: latency not "
+                            "compared")
     else:
-        series = match.get("end_to_end") or match.get("compute") or {}
-        base_p50 = float(series.get("p50_ms") or 0.0)
+        stats = match.get(series) or {}
+        base_p50 = float(stats.get("p50_ms") or 0.0)
         if base_p50 > 0:
             pct = (p50_ms - base_p50) / base_p50 * 100.0
             out.update(baseline_p50_ms=base_p50, change_pct=pct)
             limit = settings.max_latency_regression_pct
-            if limit is not None and pct > limit:
+            base_spread = float(stats.get("spread_pct") or 0.0)
+            judged = None if limit is None else threshold_noise(
+                label, "drift.max_latency_regression_pct", pct, limit, max(noise_pct, base_spread),
+                f"this run's blocks spread {noise_pct:.1f}%, the drift baseline's {base_spread:.1f}%")
+            if judged is not None:
+                (out["notes"] if judged[0] == "note" else out.setdefault("noisy", [])).append(judged[1])
+                noisy = judged[0] == "noisy"
+            if limit is not None and pct > limit and not noisy:
                 out["reasons"].append(f"{label}: p50 {p50_ms:.4g} ms is {pct:.1f}% slower than the drift baseline "
                                       f"{baseline.get('address')} ({base_p50:.4g} ms) > drift."
                                       f"max_latency_regression_pct {limit:g}")
-    out["status"] = "failed" if out["reasons"] else "passed"
+    out["status"] = "failed" if out["reasons"] else "noisy" if noisy else "passed"
     return out

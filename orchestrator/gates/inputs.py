@@ -28,12 +28,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-from orchestrator.core.model import DataSource, DimConstraint, InputSpec, Model, Preprocess, ProfileShapes
+from orchestrator.core.model import (
+    ARRAY_SUFFIXES,
+    IMAGE_SUFFIXES,
+    DataSource,
+    DimConstraint,
+    InputSpec,
+    Model,
+    Preprocess,
+    ProfileShapes,
+)
 from orchestrator.errors import GateError, OrchestratorError
 
 CaseLabel = Literal["min", "opt", "max", "random"]
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp")
-ARRAY_SUFFIXES = (".npy", ".npz")
 
 
 @dataclass(frozen=True)
@@ -140,14 +147,17 @@ def random_shapes(model: Model, profile: str, rng: np.random.Generator) -> dict[
 
 
 def random_tensor(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Floats uniform [0, 1), integers uniform [0, 10), bools fair."""
+    """Floats uniform [0, 1), integers uniform [0, 10), bools fair; drawn in the input's own dtype (float32 inputs
+    from numpy's float32 generator, fp16 from float32: half the bytes of drawing float64 and casting, issue 24)."""
     dt = np.dtype(dtype)
     if dt.kind == "f":
-        return rng.random(tuple(shape), dtype=np.float64).astype(dt)
+        draw = dt if dt in (np.float32, np.float64) else np.dtype(np.float32)
+        out = rng.random(tuple(shape), dtype=draw)
+        return out if out.dtype == dt else out.astype(dt)
     if dt.kind in "iu":
-        return rng.integers(0, 10, size=tuple(shape)).astype(dt)
+        return rng.integers(0, 10, size=tuple(shape), dtype=dt)
     if dt.kind == "b":
-        return rng.random(tuple(shape)) < 0.5
+        return rng.integers(0, 2, size=tuple(shape), dtype=np.uint8).astype(bool)
     raise GateError(f"cannot make random inputs of dtype {dtype}", hint="give the gate a dataset (gate.parity.data)")
 
 

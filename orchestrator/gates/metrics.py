@@ -6,7 +6,8 @@ norm floored at ``√n·atol``), cosine similarity, top-1/top-k agreement for cl
 elements violating ``|a−b| ≤ atol + rtol·|b|`` (the primary criterion), and the five worst elements ranked by
 how much of their tolerance they use (``|a−b| / (atol + rtol·|b|)``). See ``tolerances`` for the rules.
 
-All sums run in float64, so fp16 engine outputs compare without overflow. Samples are aggregated exactly
+Elementwise work runs in float32 for fp32/fp16 outputs (exact enough: ``_accumulate`` says why) and every sum
+accumulates in float64; NaN/Inf and wider dtypes go through float64. Samples are aggregated exactly
 (sums, not averages of averages); a worst element's index starts with the sample number.
 """
 
@@ -132,15 +133,27 @@ class _Sums:
     worst: list[tuple[float, int, WorstElement]] = field(default_factory=list)  # heap: (ratio, tiebreak, element)
 
 
+def _sum_of_products(x: np.ndarray, y: np.ndarray) -> float:
+    """``Σ x·y`` summed in float64: the products in the arrays' own precision, the sum pairwise in float64."""
+    return float(np.add.reduce(np.multiply(x, y), dtype=np.float64))
+
+
 def _accumulate(s: _Sums, a: np.ndarray, b: np.ndarray, tolerance: ResolvedTolerance
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Add one sample's sums to ``s``: (|a−b|, |a−b| / (atol + rtol·|b|), the finite mask or None when every
-    value is finite). Both arrays are float64."""
+    value is finite). ``a`` and ``b`` are float32 (fp32/fp16 outputs) or float64 (anything else).
+
+    Exact enough in float32 (issue 24, gate overhead): ``a − b`` of two float32 values is exact when they are within
+    a factor of two of each other and otherwise off by at most 2^-24 of itself, ``atol + rtol·|b|`` likewise, so an
+    element is misjudged only where its error and its budget agree to about 1e-7 — nowhere near a decision on a
+    violating *fraction*. Products round to 2^-24 relative and are summed in float64, so cosine and relative L2
+    carry ~1e-7 relative error: 100x under the tightest default (fp32 cosine 0.99999). The float64 copies of both
+    outputs this replaces were the larger part of the parity gate's own time (bench/NOTES.md)."""
     af, bf = a.ravel(), b.ravel()
-    eng_sq, ref_sq = float(np.dot(af, af)), float(np.dot(bf, bf))
+    eng_sq, ref_sq = _sum_of_products(af, af), _sum_of_products(bf, bf)
     if math.isfinite(eng_sq) and math.isfinite(ref_sq):
         # The common case: finite sums of squares mean every value is finite (a NaN or Inf would carry into
-        # them; float64 squares of fp32/fp16 values cannot overflow). One pass per figure, in place, no masks.
+        # them). One pass per figure, in place, no masks.
         diff = np.subtract(a, b)
         np.abs(diff, out=diff)
         budget = np.abs(b)
@@ -148,15 +161,17 @@ def _accumulate(s: _Sums, a: np.ndarray, b: np.ndarray, tolerance: ResolvedToler
         budget += tolerance.atol
         s.violations += int(np.count_nonzero(diff > budget))
         flat = diff.ravel()
-        s.abs_sum += float(flat.sum())
+        s.abs_sum += float(np.add.reduce(flat, dtype=np.float64))
         s.max_abs = max(s.max_abs, float(flat.max())) if flat.size else s.max_abs
-        s.diff_sq += float(np.dot(flat, flat))
+        s.diff_sq += _sum_of_products(flat, flat)
         s.ref_sq += ref_sq
         s.eng_sq += eng_sq
-        s.dot += float(np.dot(af, bf))
+        s.dot += _sum_of_products(af, bf)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.divide(diff, budget, out=budget)  # budget > 0 unless atol == rtol == 0
         return diff, ratio, None
+    # NaN/Inf somewhere (or float32 squares past 3.4e38): count them and judge the finite rest in float64
+    a, b = a.astype(np.float64), b.astype(np.float64)
     s.nan += int(np.isnan(a).sum())
     s.inf += int(np.isinf(a).sum())
     s.ref_nonfinite += int((~np.isfinite(b)).sum())
@@ -196,6 +211,12 @@ def _largest(flat: np.ndarray, take: int) -> np.ndarray:
     return picked
 
 
+def _work_dtype(a: np.ndarray, b: np.ndarray) -> type[np.floating]:
+    """float32 for fp32/fp16 outputs (fp16 -> float32 is exact), float64 for anything wider or not a float."""
+    small = all(x.dtype.kind == "f" and x.dtype.itemsize <= 4 for x in (a, b))
+    return np.float32 if small else np.float64
+
+
 def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], tolerance: ResolvedTolerance,
                    *, classifier_k: int | None = None) -> OutputVerdict:
     """Judge one output over every sample of one case. ``pairs`` are ``(engine, reference)`` arrays."""
@@ -211,8 +232,9 @@ def compare_output(name: str, pairs: Iterable[tuple[np.ndarray, np.ndarray]], to
         if a.shape != b.shape:
             reasons.append(f"sample {sample}: engine output shape {list(a.shape)} != reference {list(b.shape)}")
             continue
-        a = a.astype(np.float64, copy=False)
-        b = b.astype(np.float64, copy=False)
+        work = _work_dtype(a, b)
+        a = a.astype(work, copy=False)
+        b = b.astype(work, copy=False)
         s.count += a.size
         diff, ratio, finite = _accumulate(s, a, b, tolerance)
         # Rank by tolerance used; non-finite errors (and 0/0 where atol == rtol == 0) rank first.

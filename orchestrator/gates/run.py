@@ -8,10 +8,14 @@ runtime plugin; reference: onnxruntime CPU fp32 on the original ONNX) and closes
 
 The benchmark times each shape in several **blocks** spread out in time (round-robin over the shapes, a pause
 between rounds, each block with its own warm-up), gates on the medians over the blocks
-(``stats.block_latency_stats``) and reports the blocks' spread. When the spread is past ``max_spread_pct`` and
-more blocks disagree about a threshold than ``allowed_dissent`` tolerates (one in five: one disturbed block of
-five is outvoted by the medians), the verdict is ``noisy``: neither passed nor failed, because the noise decides
-it. See docs/gates.md, "Benchmark noise".
+(``stats.block_latency_stats``) and reports the blocks' spread, with the GPU's SM clock and temperature around
+each block where NVML can read them (``gates.conditions``). The verdict is ``noisy`` — neither passed nor failed,
+because the noise decides it — when (``gates.noise``): a device-timed series (CUDA events or a CUDA-graph replay)
+spreads past ``max_spread_pct`` (such a series repeats within ~1 % on a quiet GPU: a wider spread says the timing
+failed, whatever the thresholds); or a series' spread is past it and more blocks disagree about a threshold than
+``allowed_dissent`` tolerates (one in five: one disturbed block of five is outvoted by the medians; host-clock
+series on shared CPU runners); or a regression threshold lies below the measured noise and the change is within
+that noise of it. See docs/gates.md, "Benchmark noise".
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from orchestrator.contracts.runtime import Session, Timing
+from orchestrator.contracts.runtime import DEVICE_CLOCKS, Session, Timing
 from orchestrator.contracts.task import TaskMetric
 from orchestrator.core.gatekeys import (  # noqa: F401 (re-exported: the gates' defaults)
     DEFAULT_BLOCK_GAP_S,
@@ -33,12 +37,21 @@ from orchestrator.core.gatekeys import (  # noqa: F401 (re-exported: the gates' 
 )
 from orchestrator.core.model import BenchmarkGate, Model
 from orchestrator.errors import GateError
+from orchestrator.gates.conditions import BlockConditions, Probe
 from orchestrator.gates.inputs import InputCase
 from orchestrator.gates.metrics import compare_output
+from orchestrator.gates.noise import Baseline, allowed_dissent, baselines, regression_noise, spread_noisy
 from orchestrator.gates.stats import LatencyStats, block_latency_stats, latency_stats
 from orchestrator.gates.task import check_task_settings, evaluate_task
 from orchestrator.gates.tolerances import resolve_tolerance
-from orchestrator.gates.verdict import BenchmarkVerdict, CaseVerdict, OutputVerdict, ParityVerdict, ShapeBenchmark
+from orchestrator.gates.verdict import (
+    BenchmarkVerdict,
+    CaseVerdict,
+    OutputVerdict,
+    ParityVerdict,
+    ShapeBenchmark,
+    gated_series_of,
+)
 
 # (case label, its samples, the engine's outputs of each): how a caller keeps a case's outputs (drift records)
 OutputSink = Callable[[str, Sequence[Mapping[str, np.ndarray]], Sequence[Mapping[str, np.ndarray]]], None]
@@ -92,31 +105,20 @@ def _parity_case(model: Model, engine: Session, reference: Session, case: InputC
                        tensor_gated=model.gate.parity.tensor)
 
 
-def allowed_dissent(blocks: int) -> int:
-    """How many blocks may disagree with the medians' verdict before a wide spread makes it noisy: one in five
-    (a single disturbed block of the default five is outvoted; two are not)."""
-    return blocks // 5
-
-
 def _batch_of(inputs: Mapping[str, np.ndarray]) -> int:
     first = next(iter(inputs.values()), None)
     return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
-def _baseline_p50(baseline: BenchmarkVerdict | Mapping | None) -> dict[str, tuple[float, dict]]:
-    """label -> (gated p50 ms, input shapes) of a baseline verdict (object or its JSON)."""
-    if baseline is None:
-        return {}
-    verdict = baseline if isinstance(baseline, BenchmarkVerdict) else BenchmarkVerdict.from_json(dict(baseline))
-    return {s.label: (s.gated.p50_ms, s.input_shapes) for s in verdict.shapes}
-
-
 def _time_blocks(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np.ndarray]],
-                 settings: BenchmarkGate, schedule: BlockSchedule,
-                 sleep: Callable[[float], None]) -> tuple[dict[str, list[Timing]], dict[str, str]]:
+                 settings: BenchmarkGate, schedule: BlockSchedule, sleep: Callable[[float], None],
+                 probe: Probe | None) -> tuple[dict[str, list[Timing]], dict[str, list[BlockConditions]],
+                                               dict[str, str]]:
     """Round-robin over the shapes, one block each per round, a pause between rounds: a slow spell of the
-    machine lands in one block of every shape instead of in the whole series of one."""
+    machine lands in one block of every shape instead of in the whole series of one. ``probe`` reads the GPU just
+    before and just after each block (outside its timed loops)."""
     timings: dict[str, list[Timing]] = {label: [] for label in inputs_by_shape}
+    conditions: dict[str, list[BlockConditions]] = {label: [] for label in inputs_by_shape}
     failures: dict[str, str] = {}
     iterations = schedule.iterations_per_block(settings.iterations)
     budget = schedule.budget_per_block(settings.time_budget_s)
@@ -127,8 +129,11 @@ def _time_blocks(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np
             if label in failures:
                 continue
             try:
+                before = probe() if probe is not None else None
                 timing = session.benchmark(feeds, warmup=settings.warmup, iterations=iterations,
                                            time_budget_s=budget)
+                if probe is not None and before is not None:
+                    conditions[label].append(BlockConditions(before, probe()))
             except Exception as e:
                 failures[label] = f"{label}: engine failed while benchmarking: {type(e).__name__}: {e}"
                 continue
@@ -136,7 +141,7 @@ def _time_blocks(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np
                 raise GateError(f"{label}: the runtime returned no timed iterations",
                                 hint="raise gate.benchmark.iterations or time_budget_s")
             timings[label].append(timing)
-    return timings, failures
+    return timings, conditions, failures
 
 
 # A threshold check: the stats of one series (all blocks, or one block) -> why it fails, or None.
@@ -144,11 +149,12 @@ _Check = tuple[str, str, Callable[[LatencyStats], "str | None"]]  # (shape label
 
 
 def _checks(settings: BenchmarkGate, gated_shape: ShapeBenchmark | None, shapes: Sequence[ShapeBenchmark],
-            base: dict[str, tuple[float, dict]]) -> list[_Check]:
+            base: dict[str, Baseline]) -> list[_Check]:
     checks: list[_Check] = []
     if gated_shape is not None:
         label = gated_shape.label
-        which = "end-to-end" if gated_shape.end_to_end else "compute"
+        which = "end-to-end" if gated_shape.gated_name == "end_to_end" else (
+            "device" if gated_shape.clock in DEVICE_CLOCKS else "compute")
         limit_p95 = settings.max_p95_ms
         if limit_p95 is not None:
             checks.append((label, "max_p95_ms", lambda st: (
@@ -176,7 +182,7 @@ def _checks(settings: BenchmarkGate, gated_shape: ShapeBenchmark | None, shapes:
         for s in shapes:
             if s.regression_pct is None:
                 continue
-            base_p50 = base[s.label][0]
+            base_p50 = base[s.label].p50_ms
 
             def regression(st: LatencyStats, label: str = s.label, base_p50: float = base_p50) -> str | None:
                 pct = (st.p50_ms - base_p50) / base_p50 * 100.0
@@ -189,22 +195,22 @@ def _checks(settings: BenchmarkGate, gated_shape: ShapeBenchmark | None, shapes:
 
 def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, np.ndarray]],
                   settings: BenchmarkGate, baseline: BenchmarkVerdict | Mapping | None = None, *,
-                  schedule: BlockSchedule | None = None,
-                  sleep: Callable[[float], None] = time.sleep) -> BenchmarkVerdict:
+                  schedule: BlockSchedule | None = None, sleep: Callable[[float], None] = time.sleep,
+                  device_probe: Probe | None = None) -> BenchmarkVerdict:
     """Time each shape (``opt``, ``min``, ``max`` as given) in blocks and apply the thresholds to the medians.
 
     ``inputs_by_shape`` maps a label to one sample; its batch is the leading dim of the first input.
-    Thresholds apply to the gated series (end-to-end when the runtime measured it, else compute):
-    ``max_p95_ms`` and ``min_throughput`` (samples/s) to the ``opt`` shape (the first shape if there is no
-    ``opt``), ``max_regression_pct`` to the p50 of every shape the baseline also has at the same input shapes.
-    A threshold the blocks disagree on while their spread exceeds ``schedule.max_spread_pct`` makes the verdict
-    ``noisy`` instead of passed or failed.
+    Thresholds apply to the gated series (``verdict.gated_series_of``: the device series where the runtime timed the
+    device work, else end-to-end where measured, else compute): ``max_p95_ms`` and ``min_throughput`` (samples/s)
+    to the ``opt`` shape (the first shape if there is no ``opt``), ``max_regression_pct`` to the p50 of every shape
+    the baseline also has at the same input shapes and series. ``device_probe`` (``gates.conditions.nvml_probe``)
+    records the GPU's clock and temperature around each block. When the verdict is ``noisy``: module docstring.
     """
     if not inputs_by_shape:
         raise GateError("benchmark gate has no shapes to time", hint="set gate.benchmark.shapes")
     schedule = schedule or BlockSchedule.of(settings)
-    base = _baseline_p50(baseline)
-    timings, failures = _time_blocks(session, inputs_by_shape, settings, schedule, sleep)
+    base = baselines(baseline)
+    timings, conditions, failures = _time_blocks(session, inputs_by_shape, settings, schedule, sleep, device_probe)
     shapes: list[ShapeBenchmark] = []
     per_block: dict[str, list[LatencyStats]] = {}  # label -> the gated series of each block
     reasons: list[str] = [failures[label] for label in inputs_by_shape if label in failures]
@@ -217,44 +223,73 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
         compute = block_latency_stats([t.compute_ms for t in blocks], batch=batch)
         has_e2e = all(t.end_to_end_ms for t in blocks)
         e2e = block_latency_stats([t.end_to_end_ms for t in blocks], batch=batch) if has_e2e else None
-        per_block[label] = [latency_stats(t.end_to_end_ms if has_e2e else t.compute_ms, batch=batch)
+        series = gated_series_of(blocks[0].clock, has_e2e)
+        gated = compute if series == "compute" else e2e
+        assert gated is not None  # gated_series_of names end_to_end only where it was measured
+        per_block[label] = [latency_stats(t.compute_ms if series == "compute" else t.end_to_end_ms, batch=batch)
                             for t in blocks]
         input_shapes = {k: tuple(int(d) for d in np.shape(v)) for k, v in feeds.items()}
         regression = None
         if label in base:
-            base_p50, base_shapes = base[label]
-            if {k: tuple(v) for k, v in base_shapes.items()} != input_shapes:
-                notes.append(f"{label}: baseline was timed at other input shapes {base_shapes}; "
+            b = base[label]
+            if {k: tuple(v) for k, v in b.input_shapes.items()} != input_shapes:
+                notes.append(f"{label}: baseline was timed at other input shapes {b.input_shapes}; "
                              "regression not checked")
-            elif base_p50 > 0:
-                regression = ((e2e or compute).p50_ms - base_p50) / base_p50 * 100.0
+            elif b.series != series:
+                notes.append(f"{label}: the baseline gated its {b.series.replace('_', '-')} series, this run its "
+                             f"{series.replace('_', '-')} series; regression not checked")
+            elif b.clock and b.clock != blocks[0].clock:
+                # a CUDA-graph replay and eager launches are other measurements of one engine (~30 % apart on a
+                # launch-bound engine, bench/NOTES-gpu.md): comparing them would report that as a change
+                notes.append(f"{label}: the baseline was timed by {b.clock}, this run by {blocks[0].clock}; "
+                             "regression not checked")
+            elif b.p50_ms > 0:
+                regression = (gated.p50_ms - b.p50_ms) / b.p50_ms * 100.0
         elif base:
             notes.append(f"{label}: baseline has no {label!r} shape; regression not checked")
         memory = [t.device_memory_bytes for t in blocks if t.device_memory_bytes is not None]
+        graph = [str(t.extra["cuda_graph"]) for t in blocks if t.extra.get("cuda_graph") not in (None, "replayed")]
+        if graph:
+            notes.append(f"{label}: CUDA graph {graph[0]}")
         shapes.append(ShapeBenchmark(
             label=label, input_shapes=input_shapes, batch=batch, clock=blocks[0].clock, compute=compute,
             end_to_end=e2e, compute_samples_ms=tuple(x for t in blocks for x in t.compute_ms),
             end_to_end_samples_ms=tuple(x for t in blocks for x in t.end_to_end_ms) if has_e2e else (),
             device_memory_bytes=max(memory) if memory else None, regression_pct=regression,
-            extra=dict(blocks[0].extra)))
+            extra=dict(blocks[0].extra), gated_series=series, conditions=tuple(conditions[label])))
 
     gated_shape = next((s for s in shapes if s.label == "opt"), shapes[0] if shapes else None)
     if settings.max_regression_pct is not None and baseline is None:
         notes.append("no baseline engine published for this address on this GPU model; regression not checked")
     noisy: list[str] = []
+    for s in shapes:
+        why = spread_noisy(s, schedule.max_spread_pct)
+        if why:
+            noisy.append(why)
+    unmeasured = {s.label for s in shapes if any(n.startswith(f"{s.label}: ") for n in noisy)}
     by_label = {s.label: s for s in shapes}
     dissenting: dict[str, int] = {}  # label -> most blocks that disagreed with the medians on one threshold
     for label, name, check in _checks(settings, gated_shape, shapes, base):
-        series = by_label[label].gated
-        failing = check(series)
+        if label in unmeasured:
+            continue  # no verdict on a series that is not a measurement
+        series_stats = by_label[label].gated
+        failing = check(series_stats)
         block_fails = [check(b) is not None for b in per_block[label]]
         dissent = sum(f != (failing is not None) for f in block_fails)
         dissenting[label] = max(dissenting.get(label, 0), dissent)
-        if series.spread_pct > schedule.max_spread_pct and dissent > allowed_dissent(len(block_fails)):
+        if name == "max_regression_pct" and settings.max_regression_pct is not None:
+            verdict_of_noise = regression_noise(by_label[label], base[label], settings.max_regression_pct,
+                                                "max_regression_pct")
+            if verdict_of_noise is not None:
+                kind, text = verdict_of_noise
+                (noisy if kind == "noisy" else notes).append(text)
+                if kind == "noisy":
+                    continue
+        if series_stats.spread_pct > schedule.max_spread_pct and dissent > allowed_dissent(len(block_fails)):
             noisy.append(f"{label}: {name}: {sum(block_fails)} of {len(block_fails)} blocks fail it, "
                          f"{len(block_fails) - sum(block_fails)} pass; the blocks' p50 spread "
-                         f"{series.spread_pct:.1f}% > max_spread_pct {schedule.max_spread_pct:g}% "
-                         f"(p50 per block: {', '.join(f'{x:.3f}' for x in series.block_p50_ms)} ms)")
+                         f"{series_stats.spread_pct:.1f}% > max_spread_pct {schedule.max_spread_pct:g}% "
+                         f"(p50 per block: {', '.join(f'{x:.3f}' for x in series_stats.block_p50_ms)} ms)")
         elif failing is not None:
             reasons.append(failing)
     for s in shapes:
@@ -265,15 +300,19 @@ def run_benchmark(session: Session, inputs_by_shape: Mapping[str, Mapping[str, n
                             else "no threshold applies to it")
             notes.append(f"{s.label}: the blocks' p50 spread {s.gated.spread_pct:.1f}% exceeds max_spread_pct "
                          f"{schedule.max_spread_pct:g}% ({verdict_note})")
+        if s.end_to_end is not None and s.gated_name == "compute" and \
+                s.end_to_end.spread_pct > schedule.max_spread_pct:
+            notes.append(f"{s.label}: end-to-end (with the copies; reported, not gated): its blocks' p50 spread "
+                         f"{s.end_to_end.spread_pct:.1f}% exceeds max_spread_pct {schedule.max_spread_pct:g}%")
     thresholds = {"max_p95_ms": settings.max_p95_ms, "min_throughput": settings.min_throughput,
                   "max_p99_p50_ratio": settings.max_p99_p50_ratio, "max_cv_pct": settings.max_cv_pct,
                   "max_regression_pct": settings.max_regression_pct, "gated_shape":
                   gated_shape.label if gated_shape else None,
-                  "gated_series": ("end_to_end" if gated_shape and gated_shape.end_to_end else "compute"),
+                  "gated_series": gated_shape.gated_name if gated_shape else "compute",
                   "percentile_method": "linear", "aggregation": "median_of_blocks", "blocks": schedule.blocks,
                   "iterations_per_block": schedule.iterations_per_block(settings.iterations),
                   "block_gap_s": schedule.gap_s, "max_spread_pct": schedule.max_spread_pct}
-    baseline_json = {"p50_ms": {k: v[0] for k, v in base.items()}} if base else None
+    baseline_json = {"p50_ms": {k: v.p50_ms for k, v in base.items()}} if base else None
     return BenchmarkVerdict(tuple(shapes), tuple(reasons), thresholds, baseline_json, tuple(notes), tuple(noisy))
 
 

@@ -16,8 +16,9 @@ Shapes::
           worst    {index: [sample, i, j, …], engine, reference, abs_error, tolerance_ratio}
     BenchmarkVerdict {kind: "benchmark", status: "passed"|"failed"|"noisy", reasons[], noisy[], notes[],
                       thresholds{}, baseline{}|null, shapes[]}
-      shape      {label, input_shapes{}, batch, clock, device_memory_bytes, compute{stats}, end_to_end{stats}|null,
-                  compute_samples_ms[], end_to_end_samples_ms[], regression_pct|null}
+      shape      {label, input_shapes{}, batch, clock, gated_series, device_memory_bytes, compute{stats},
+                  end_to_end{stats}|null, compute_samples_ms[], end_to_end_samples_ms[], regression_pct|null,
+                  conditions[{before, after}: {sm_clock_mhz, temperature_c, clock_event_reasons}], extra{}}
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
+from orchestrator.contracts.runtime import DEVICE_CLOCKS
+from orchestrator.gates.conditions import BlockConditions
 from orchestrator.gates.stats import LatencyStats
 from orchestrator.gates.tolerances import ResolvedTolerance
 
 Status = Literal["passed", "failed"]
-# "noisy": the benchmark's blocks spread past max_spread_pct and disagree about a threshold (gates.run)
+# "noisy": no verdict, the noise decides it: a device-timed series whose blocks spread past max_spread_pct, blocks
+# that disagree about a threshold past it, or a regression threshold inside the measured noise (gates.run)
 BenchmarkStatus = Literal["passed", "failed", "noisy"]
 
 
@@ -238,6 +242,27 @@ class ParityVerdict:
         return cls(d["precision"], tuple(CaseVerdict.from_json(c) for c in d["cases"]))
 
 
+GatedSeries = Literal["compute", "end_to_end"]
+
+
+def gated_series_of(clock: str, has_end_to_end: bool) -> GatedSeries:
+    """The series the thresholds judge: the device series where the runtime timed the device work on its own (CUDA
+    events, a CUDA-graph replay: what trtexec calls GPU compute time), else end-to-end where it was measured (the
+    host clock around ``session.run`` on a CPU), else compute. End-to-end stays a figure of its own beside it."""
+    if clock in DEVICE_CLOCKS:
+        return "compute"
+    return "end_to_end" if has_end_to_end else "compute"
+
+
+def shape_gated_series(shape: dict) -> GatedSeries:
+    """The gated series of a shape's JSON; records from before ``gated_series`` was written gated end-to-end where
+    they had it."""
+    recorded = shape.get("gated_series")
+    if recorded in ("compute", "end_to_end"):
+        return recorded  # type: ignore[return-value]
+    return "end_to_end" if shape.get("end_to_end") else "compute"
+
+
 @dataclass(frozen=True)
 class ShapeBenchmark:
     """One benchmarked shape (``opt``, and ``min``/``max`` when configured)."""
@@ -253,11 +278,19 @@ class ShapeBenchmark:
     device_memory_bytes: int | None = None
     regression_pct: float | None = None  # p50 change vs the baseline's same shape, + is slower
     extra: dict = field(default_factory=dict)
+    gated_series: GatedSeries | Literal[""] = ""  # "": decided as records before it was written (end-to-end first)
+    conditions: tuple[BlockConditions, ...] = ()  # the GPU around each block (NVML); empty without NVML or a GPU
 
     @property
     def gated(self) -> LatencyStats:
-        """The series thresholds apply to: end-to-end when measured, else compute."""
+        """The series thresholds apply to (``gated_series``)."""
+        if self.gated_series == "compute" or (not self.gated_series and self.end_to_end is None):
+            return self.compute
         return self.end_to_end or self.compute
+
+    @property
+    def gated_name(self) -> GatedSeries:
+        return self.gated_series or ("end_to_end" if self.end_to_end is not None else "compute")
 
     def to_json(self) -> dict:
         return {
@@ -265,12 +298,14 @@ class ShapeBenchmark:
             "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
             "batch": self.batch,
             "clock": self.clock,
+            "gated_series": self.gated_name,
             "device_memory_bytes": self.device_memory_bytes,
             "compute": self.compute.to_json(),
             "end_to_end": self.end_to_end.to_json() if self.end_to_end else None,
             "compute_samples_ms": [round(x, 6) for x in self.compute_samples_ms],
             "end_to_end_samples_ms": [round(x, 6) for x in self.end_to_end_samples_ms],
             "regression_pct": self.regression_pct,
+            "conditions": [c.to_json() for c in self.conditions],
             "extra": self.extra,
         }
 
@@ -288,6 +323,8 @@ class ShapeBenchmark:
             device_memory_bytes=d.get("device_memory_bytes"),
             regression_pct=d.get("regression_pct"),
             extra=d.get("extra", {}),
+            gated_series=shape_gated_series(d),
+            conditions=tuple(BlockConditions.from_json(c) for c in d.get("conditions") or ()),
         )
 
 

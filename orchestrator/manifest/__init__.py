@@ -13,8 +13,9 @@ also lets the loader refuse two targets whose cells would share addresses; ``sto
 stores.
 
 Modules: ``positions`` (YAML with line/column), ``schema`` (JSON Schema and its errors), ``convert`` (data ->
-dataclasses, defaults), ``checks`` (semantic checks, pure), ``load`` (files, hashes, problems); the dataclasses
-themselves are ``orchestrator.core.model``.
+dataclasses, defaults), ``checks`` (semantic checks, pure), ``model_file`` (what an ONNX file holds, read without
+its weights), ``files`` (the model and data files on disk), ``load`` (reading the manifest, problems); the
+dataclasses themselves are ``orchestrator.core.model``.
 """
 
 from __future__ import annotations

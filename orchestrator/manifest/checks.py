@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.contracts.builder import BuilderCapabilities, target_kind
-from orchestrator.core.capabilities import MIN_CC, route_of, strongly_typed
+from orchestrator.core.capabilities import MIN_CC, needs_calibration_data, route_of, strongly_typed
+from orchestrator.core.gatekeys import DEFAULT_MAX_SPREAD_PCT
 from orchestrator.core.model import (
     PRECISIONS,
+    GateSettings,
     InputSpec,
     MatrixRule,
     Model,
@@ -25,12 +27,16 @@ from orchestrator.core.model import (
 from orchestrator.core.toolchain import ToolchainProblem, resolve_toolchain
 from orchestrator.core.versions import parse_cc
 from orchestrator.errors import OrchestratorError
+from orchestrator.manifest.model_file import ModelFile
 from orchestrator.manifest.positions import Finding, Path
-from orchestrator.manifest.schema import did_you_mean
+from orchestrator.manifest.schema import did_you_mean, task_output_keys
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
-# Precisions that are calibrated (explicit Q/DQ via ModelOpt, or the TRT <= 10.x calibrator): both need data.
+# Precisions that may be calibrated (Q/DQ transforms, a builder's calibrator): they need data unless every target's
+# builder quantizes them without (``core.capabilities.needs_calibration_data``).
 _CALIBRATED = ("int8", "fp8")
+# Precisions made by converting a float32 graph (the fp16/bf16 transform; onnxconverter-common's fp16 pass for both).
+_CONVERTED = ("fp16", "bf16")
 _KIND_WORDS = {"compute_capability": "one compute capability", "compute_capability_list": "a compute capability "
                "list", "hardware_compatible": "a hardware compatibility level", "cpu": "device cpu",
                "cuda": "device cuda"}
@@ -47,6 +53,9 @@ class CheckInput:
     target_names: Sequence[str | None]
     include: Sequence[MatrixRule]
     exclude: Sequence[MatrixRule]
+    # what each typed model's ONNX file holds (``model_file.read_model_file``); None where it could not be read
+    # (a finding says why) or the model comes from a url; empty: no file was read (tests of the checks alone)
+    model_files: Sequence[ModelFile | None] = ()
 
 
 def _dims(shape: Iterable) -> str:
@@ -57,15 +66,20 @@ def check(manifest: CheckInput, *, capabilities: CapabilitiesFn, builder_names: 
     out: list[Finding] = []
     _duplicates(manifest.model_names, "models", "model", out)
     _duplicates(manifest.target_names, "targets", "target", out)
-    for i, model in enumerate(manifest.models):
-        if model is not None:
-            check_model(model, ("models", i), out)
     caps: dict[int, BuilderCapabilities] = {}
+    targets: list[Finding] = []  # reported after the models', as before
     for i, target in enumerate(manifest.targets):
         if target is not None:
-            found = check_target(target, ("targets", i), capabilities, builder_names, out)
+            found = check_target(target, ("targets", i), capabilities, builder_names, targets)
             if found is not None:
                 caps[i] = found
+    for i, model in enumerate(manifest.models):
+        if model is not None:
+            check_model(model, ("models", i), out, no_data=_quantized_without_data(manifest, model, caps))
+            facts = _file_of(manifest, i)
+            if facts is not None:
+                _check_outputs(model, facts, ("models", i), out)
+    out.extend(targets)
     _matrix(manifest, out)
     _cells(manifest, caps, out)
     return out
@@ -86,7 +100,24 @@ def _duplicates(names: Sequence[str | None], section: str, what: str, out: list[
 
 # -- models -------------------------------------------------------------------------------------------------
 
-def check_model(model: Model, path: Path, out: list[Finding]) -> None:
+def _quantized_without_data(manifest: CheckInput, model: Model, caps: dict[int, BuilderCapabilities]) -> set[str]:
+    """The model's calibrated precisions whose every cell is built without calibration data: each target is known
+    and its builder quantizes that precision without data (``BuilderCapabilities.calibrated``)."""
+    out: set[str] = set()
+    for spec in model.precisions:
+        if spec.name not in _CALIBRATED:
+            continue
+        targets = [(t, target) for t, target in enumerate(manifest.targets)
+                   if target is None or _live(manifest, model.name, spec.name, target.name)]
+        if targets and all(target is not None and t in caps and not needs_calibration_data(spec, caps[t], target)
+                           for t, target in targets):
+            out.add(spec.name)
+    return out
+
+
+def check_model(model: Model, path: Path, out: list[Finding], *, no_data: set[str] | frozenset[str] = frozenset()
+                ) -> None:
+    """``no_data``: calibrated precisions the model's targets quantize without calibration data."""
     symbols = {d for spec in model.inputs for d in spec.shape if isinstance(d, str)}
     constraints = {c.dim: c for c in model.constraints}
     for c in model.constraints:
@@ -126,9 +157,21 @@ def check_model(model: Model, path: Path, out: list[Finding]) -> None:
         seen[prec.name] = j
         if prec.name == "fp32" and prec.via == "transform":
             out.append(Finding(ppath, "fp32 has no transform: it is the model's own precision", "drop `via`"))
-        if prec.name in _CALIBRATED and (model.calibration is None or model.calibration.path is None):
+        if prec.min_quantized_share is not None and prec.name not in _CALIBRATED:
+            out.append(Finding(ppath + ("min_quantized_share",), f"{prec.name} quantizes nothing: "
+                               "min_quantized_share is for the int8 and fp8 Q/DQ transforms",
+                               "remove min_quantized_share from this precision"))
+        if prec.name in _CALIBRATED and prec.name not in no_data and model.calibration is None:
             out.append(Finding(ppath, f"{prec.name} needs calibration data, and model '{model.name}' has none",
                                "add calibration: {path: data/calib, samples: 64} (npy/npz files or images)"))
+    calibrated = [p.name for p in model.precisions if p.name in _CALIBRATED and p.name not in no_data]
+    if calibrated and model.calibration is not None and model.calibration.path is None:
+        # `{samples: 4, seed: 0}` alone: seeded random tensors, which a parity gate takes and a calibrator must not
+        samples = model.calibration.samples
+        out.append(Finding(path + ("calibration",), f"calibration names no path: {' and '.join(calibrated)} "
+                           f"calibrate on real inputs, and samples: {samples} without a path would be random tensors",
+                           f"add path: a folder of .npy/.npz files or images (calibration: {{path: data/calib, "
+                           f"samples: {samples}}})"))
 
 
 def _profile_names_differ(spec: InputSpec, reference: InputSpec, ipath: Path, out: list[Finding]) -> None:
@@ -184,6 +227,32 @@ def _check_constraint(c, which: str, dims: Sequence[int], d: int, path: Path, ou
         out.append(Finding(path, f"{where}, below the constraint's min {c.min}"))
     if c.max is not None and value > c.max:
         out.append(Finding(path, f"{where}, above the constraint's max {c.max}"))
+
+
+def _file_of(manifest: CheckInput, i: int) -> ModelFile | None:
+    return manifest.model_files[i] if i < len(manifest.model_files) else None
+
+
+def _check_outputs(model: Model, facts: ModelFile, path: Path, out: list[Finding]) -> None:
+    """The outputs a task and ``classifier_outputs`` name are the model's: a parity gate that names another errors
+    after every build of the model (the task contract: no ``output`` means the model's only output)."""
+    outputs = list(facts.outputs)
+    listed = ", ".join(outputs)
+    task = model.task
+    if task is not None:
+        named = {key: value for key, value in (("output", task.output), *task.options.items())
+                 if key in task_output_keys() and isinstance(value, str)}
+        for key, name in named.items():
+            if name not in outputs:
+                out.append(Finding(path + ("task", key), f"the model has no output '{name}' (its outputs: {listed})",
+                                   did_you_mean(name, outputs) or f"set task.{key} to one of them"))
+        if not named and len(outputs) != 1:
+            out.append(Finding(path + ("task",), f"task {task.kind} reads the model's only output, but the model "
+                               f"has {len(outputs)}: {listed}", "set task.output to the one it judges"))
+    for name in model.classifier_outputs:
+        if name not in outputs:
+            out.append(Finding(path + ("classifier_outputs", name), f"the model has no output '{name}' (its "
+                               f"outputs: {listed})", did_you_mean(name, outputs), at_key=True))
 
 
 # -- targets ------------------------------------------------------------------------------------------------
@@ -310,9 +379,11 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
     for i, model in enumerate(manifest.models):
         if model is None:
             continue
+        facts = _file_of(manifest, i)
         for j, spec in enumerate(model.precisions):
             if spec.name == "fp32":
                 continue
+            converting: list[str] = []  # targets that build this precision from the fp16/bf16 conversion
             for t, target in enumerate(manifest.targets):
                 if target is None or t not in caps or not _live(manifest, model.name, spec.name, target.name):
                     continue
@@ -327,6 +398,22 @@ def _cells(manifest: CheckInput, caps: dict[int, BuilderCapabilities], out: list
                                        f"model '{model.name}' {spec.name}: {who} {message}",
                                        hint + f"; or exclude it: matrix.exclude: [{{model: {model.name}, "
                                        f"precision: {spec.name}, target: {target.name}}}]"))
+                elif spec.name in _CONVERTED and route_of(spec, caps[t], target) == "transform":
+                    converting.append(target.name)
+            if converting and facts is not None and facts.float16 is not None:
+                out.append(_converting_half(model, spec, facts.float16, converting, ("models", i, "precisions", j)))
+
+
+def _converting_half(model: Model, spec: PrecisionSpec, why: str, targets: list[str], path: Path) -> Finding:
+    """An fp16/bf16 conversion of a model that is float16 already: onnxconverter-common refuses it ("already
+    converted to float16 ... set check_fp16_ready=False"), and converting a converted graph again would wrap its
+    float16 parts in casts it does not need. There is nothing to convert: the model is built as it is."""
+    return Finding(path, f"model '{model.name}' is float16 already ({why}): the {spec.name} conversion (via: "
+                         f"transform, for target{'s' if len(targets) > 1 else ''} {', '.join(targets)}) converts "
+                         "float32 models and refuses one converted before",
+                   "its own precision needs no conversion: declare precisions: [fp32] (the engine is built from the "
+                   "graph as it is, float16 weights and all) or, on a builder with an FP16 flag (TensorRT <= 10), "
+                   f"{{name: {spec.name}, via: native}}; or point source.path at the float32 export")
 
 
 def _route_problem(name: str, via: str, caps: BuilderCapabilities) -> tuple[str, str] | None:
@@ -388,3 +475,25 @@ def _min_cc_problem(name: str, target: Target) -> tuple[str, str] | None:
         return None
     return (f"targets {', '.join(cc_slug(c) for c in low)}; {name} needs compute capability >= "
             f"{need[0]}.{need[1]}", f"build {name} only for targets of CC >= {need[0]}.{need[1]}")
+
+
+# -- thresholds inside the benchmark's noise (issue 24) ------------------------------------------------------------
+
+def noise_threshold_problems(gate: GateSettings) -> list[tuple[tuple[str, ...], str, str]]:
+    """A regression or drift latency threshold below ``max_spread_pct``: the gate accepts blocks that far apart from
+    one run, so a change that small cannot be told from noise (docs/gates.md, "Benchmark noise"). Each problem is
+    (the threshold's key under ``gate``, message, hint); the measured case is judged in the verdict (gates.noise)."""
+    bench = gate.benchmark
+    if not bench.enabled:
+        return []
+    spread = DEFAULT_MAX_SPREAD_PCT if bench.max_spread_pct is None else float(bench.max_spread_pct)
+    out: list[tuple[tuple[str, ...], str, str]] = []
+    for key, name, value in ((("benchmark", "max_regression_pct"), "max_regression_pct", bench.max_regression_pct),
+                             (("drift", "max_latency_regression_pct"), "drift.max_latency_regression_pct",
+                              gate.drift.max_latency_regression_pct if gate.drift.enabled else None)):
+        if value is not None and value < spread:
+            out.append((key, f"{name} {value:g}% is below max_spread_pct {spread:g}%: a change that small cannot be "
+                             "told from the noise the benchmark gate accepts from one run",
+                        f"raise {name} to at least {spread:g}, or lower gate.benchmark.max_spread_pct where the runner "
+                        "is quiet (a GPU with CUDA graphs repeats within ~3 %: docs/gates.md, Benchmark noise)"))
+    return out

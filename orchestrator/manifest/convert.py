@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -37,6 +37,7 @@ from orchestrator.core.model import (
     RegistryCredentials,
     RunnerLabels,
     RunnerPool,
+    SigningConfig,
     SourceModel,
     Target,
     TaskSpec,
@@ -45,6 +46,7 @@ from orchestrator.core.model import (
 )
 from orchestrator.core.platform import PlatformError, normalize_platform
 from orchestrator.core.serving import resolve_serving
+from orchestrator.core.tolerances import override_layers
 from orchestrator.core.versions import parse_version, same_version
 from orchestrator.errors import UsageError
 from orchestrator.manifest.positions import Finding, Path
@@ -106,7 +108,8 @@ def _data(raw: dict | None, base_dir: str) -> DataSource | None:
 
 
 def _tolerance(raw: dict) -> Tolerance:
-    return Tolerance(atol=float(raw["atol"]), rtol=float(raw["rtol"]), min_cosine=raw.get("min_cosine"),
+    return Tolerance(atol=float(raw["atol"]) if "atol" in raw else None,
+                     rtol=float(raw["rtol"]) if "rtol" in raw else None, min_cosine=raw.get("min_cosine"),
                      max_rel_l2=raw.get("max_rel_l2"), topk=raw.get("topk"),
                      min_topk_agreement=raw.get("min_topk_agreement"))
 
@@ -134,7 +137,8 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             max_cv_pct=bench.get("max_cv_pct"), max_device_memory_mib=bench.get("max_device_memory_mib"),
             soak_s=bench.get("soak_s"), max_memory_growth_mib=bench.get("max_memory_growth_mib")),
         drift=_drift(raw.get("drift", {})),
-        allow_ungated_publish=raw.get("allow_ungated_publish", False))
+        allow_ungated_publish=raw.get("allow_ungated_publish", False),
+        require_gpu_parity=tuple(raw.get("require_gpu_parity", ())))
 
 
 def _drift(raw: dict) -> DriftGate:
@@ -160,7 +164,8 @@ def _precision(raw: str | dict) -> PrecisionSpec:
     block = raw.get("op_block_list")
     return PrecisionSpec(name=raw["name"], via=raw.get("via", "auto"), keep_io_types=raw.get("keep_io_types", True),
                          op_block_list=tuple(block) if block is not None else None,
-                         calibration_method=raw.get("calibration_method", "entropy"))
+                         calibration_method=raw.get("calibration_method", "entropy"),
+                         min_quantized_share=raw.get("min_quantized_share"))
 
 
 def _model(raw: dict, base_dir: str, path: Path, findings: list[Finding]) -> Model:
@@ -321,6 +326,10 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
                                 'add compute_capability: "8.6" (TensorRT >= 10.9)'))
     if compat != "none" and "device" in raw:
         findings.append(Finding(path + ("hardware_compatibility",), "a device target has no compatibility level"))
+    if "cpu_match" in raw and raw.get("device") != "cpu":
+        # only a CPU engine's numbers follow the CPU's instruction set; a GPU target would record a policy nothing reads
+        findings.append(Finding(path + ("cpu_match",), "cpu_match is for CPU targets (device: cpu) only",
+                                "remove cpu_match here, or set it on the device: cpu target"))
     version = _builder_version(raw, path, findings)
     platform = DEFAULT_PLATFORM
     if "platform" in raw:
@@ -337,6 +346,7 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
         options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
+        cpu_match=raw.get("cpu_match", "any"),
         serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")))
 
 
@@ -360,6 +370,20 @@ def _options(raw: dict) -> BuilderOptions:
 def _rule(raw: dict) -> MatrixRule:
     return MatrixRule(model=raw.get("model"), precision=raw.get("precision"), profile_set=raw.get("profile_set"),
                       target=raw.get("target"))
+
+
+def _override_keys(raw_gate: object) -> dict[str, set[str]]:
+    """The parity tolerance overrides a gate writes, as written: {"tolerances": precisions, "per_output": outputs}."""
+    parity = raw_gate.get("parity") if isinstance(raw_gate, dict) else None
+    parity = parity if isinstance(parity, dict) else {}
+    return {f: set(parity[f]) if isinstance(parity.get(f), dict) else set() for f in ("tolerances", "per_output")}
+
+
+def _layered(gate: GateSettings, own: dict, layers: Sequence[tuple[str, object]]) -> GateSettings:
+    """A merged gate with the layer each parity override came from (``ParityGate.layers``: a tolerance's
+    ``source`` then names the target or matrix rule that set it, not the model)."""
+    named = override_layers(_override_keys(own), [(label, _override_keys(raw)) for label, raw in layers])
+    return replace(gate, parity=replace(gate.parity, layers=named)) if named else gate
 
 
 def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict], target_gates: dict[int, dict],
@@ -400,7 +424,9 @@ def _rule_gates(includes: Sequence[dict], out: Converted, model_gates: list[dict
                         gate = deep_merge(own, target_gates.get(t, {}), ("targets", t, "gate"), ("models",), {})
                         for i, g in hits:
                             gate = deep_merge(gate, g, ("matrix", "include", i, "gate"), ("models",), {})
-                        merged[which] = _gate(gate, base_dir)
+                        layers = ([(f"target:{target.name}", target_gates[t])] if t in target_gates else []) \
+                            + [(f"matrix.include[{i}]", g) for i, g in hits]
+                        merged[which] = _layered(_gate(gate, base_dir), own, layers)
                     found.append(((model.name, precision, profile_set, target.name), merged[which]))
     return found
 
@@ -465,7 +491,9 @@ def convert(data: dict, manifest_file: str, bad: set[Path], scalars: dict[Path, 
             for model, own in zip(out.models, model_gates, strict=True):
                 if model is not None:  # the target's keys over the model's (itself over defaults'), key by key
                     merged = deep_merge(own, raw["gate"], path + ("gate",), ("models",), {})
-                    out.cell_gates.append(((model.name, target.name), _gate(merged, base_dir)))
+                    out.cell_gates.append(((model.name, target.name),
+                                           _layered(_gate(merged, base_dir), own,
+                                                    [(f"target:{target.name}", raw["gate"])])))
     if not _invalid(bad, ("matrix",)):
         includes = data.get("matrix", {}).get("include", ())
         out.include = [_rule(r) for r in includes]
@@ -511,4 +539,24 @@ def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> Registr
                                     "GHCR needs no credentials (the workflow uses GITHUB_TOKEN); name your own "
                                     "secret otherwise, e.g. REGISTRY_TOKEN"))
     return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False),
-                          credentials=credentials)
+                          credentials=credentials, signing=_signing(raw.get("signing"), base_dir, findings))
+
+
+def _signing(raw: dict | None, base_dir: str, findings: list[Finding]) -> SigningConfig | None:
+    """``registry.signing``: a key-based signer needs its key; relative key and public-key files are the
+    manifest's."""
+    if not isinstance(raw, dict):
+        return None
+    signer = raw.get("signer", "ed25519")
+    key = raw.get("key")
+    if key and key.startswith("file:"):
+        key = "file:" + _abs(base_dir, key[5:])
+    require = raw.get("require")
+    if require and not require.startswith(("env:", "https://")):
+        spec = require[5:] if require.startswith("file:") else require
+        require = "file:" + _abs(base_dir, spec)
+    if signer == "ed25519" and not key and "require" not in raw:
+        findings.append(Finding(("registry", "signing"), "the ed25519 signer needs a key to sign with",
+                                "key: env:ORCH_SIGNING_KEY (the PEM private key in that variable), or only "
+                                "require: PUBLIC_KEY to verify what others signed"))
+    return SigningConfig(signer=signer, key=key, require=require)

@@ -6,20 +6,23 @@ every finding into a positioned ``Problem``. Raises one ``ManifestError`` carryi
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
 from orchestrator.core.model import GateSettings, Manifest, Model, RegistryConfig, Target
 from orchestrator.core.resolve import address_part, cells_of
-from orchestrator.digests import LFS_HINT, hash_file, is_lfs_pointer
 from orchestrator.errors import ManifestError, Problem
-from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check
+from orchestrator.manifest.checks import CapabilitiesFn, CheckInput, check, noise_threshold_problems
 from orchestrator.manifest.convert import convert
+from orchestrator.manifest.files import file_findings
 from orchestrator.manifest.positions import Finding, Path, SourceMap, parse_yaml, printable, render_path
 from orchestrator.manifest.schema import did_you_mean, kind_of, schema_findings
 
 SlugFn = Callable[[str], str]
+# A manifest is a few KB of YAML (the fleet example: 6 KB); a file far past that is the wrong file.
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,6 @@ class LoadedManifest:
     manifest: Manifest | None
     problems: tuple[Problem, ...]
     names: dict[tuple[str, str], Problem]  # ("model"|"target", name) -> a Problem positioned at that name
-
-
-def _sha256(path: str) -> str:
-    return hash_file(path)[0].split(":", 1)[1]
 
 
 def _with_where(models: list[Model | None], source: SourceMap, shown: str) -> list[Model | None]:
@@ -66,67 +65,49 @@ def _problem(finding: Finding, source: SourceMap, redirects: dict[Path, Path]) -
                    printable(finding.hint) if finding.hint else None)
 
 
+class _Unreadable(Exception):
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def read_manifest_bytes(file: str) -> bytes:
+    """The manifest's bytes: a regular file of at most MAX_MANIFEST_BYTES. Opened without blocking and checked on
+    the open descriptor: a FIFO would wait for a writer forever, ``/dev/zero`` would never end (and a manifest's
+    folder anchors its relative paths, which a pipe has none of)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _Unreadable(f"cannot read manifest: {e.strerror or e}") from None
+    with open(fd, "rb", buffering=0) as f:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise _Unreadable("cannot read manifest: it is a folder", "give the path of a YAML file")
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or socket"
+            raise _Unreadable(f"the manifest is not a regular file ({kind})",
+                              "write the manifest to a file and give its path: relative model and data paths "
+                              "start at the manifest's folder")
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise _Unreadable(f"the manifest is {info.st_size} bytes: at most {MAX_MANIFEST_BYTES} (a manifest is a "
+                              "few KB of text)", "is this the right file?")
+        try:
+            return f.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as e:
+            raise _Unreadable(f"cannot read manifest: {e.strerror or e}") from None
+
+
+def _byte_position(raw: bytes, index: int) -> tuple[int, int]:
+    """Line and column (in characters, as editors count them) of the byte at ``index``."""
+    start = raw.rfind(b"\n", 0, index) + 1
+    return raw.count(b"\n", 0, index) + 1, len(raw[start:index].decode("utf-8", "replace")) + 1
+
+
 def _display_name(path: str) -> str:
     """Relative to the working directory when below it (what people type), else absolute."""
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
-
-
-def _file_findings(models, targets, own_gates: Sequence[tuple[Path, GateSettings]] = ()) -> list[Finding]:
-    """Existence and sha256 pins of model files, and existence of data folders; done only for typed models."""
-    out: list[Finding] = []
-    for i, model in enumerate(models):
-        if model is None:
-            continue
-        path: Path = ("models", i, "source", "path")
-        src = model.source.path
-        if model.source.url is not None:
-            pass  # fetched (and checked against its pin) by build and gate, never by validate or plan
-        elif not os.path.isfile(src):
-            what = "is a folder, not a file" if os.path.isdir(src) else "not found"
-            out.append(Finding(path, f"model file {what}: {src}",
-                               "fix the path (relative paths start at the manifest's folder), or fetch the model "
-                               "first (scripts/fetch_models.py for the demo models)"))
-        elif is_lfs_pointer(src):
-            out.append(Finding(path, f"model file {src} is a Git LFS pointer, not the model",
-                               LFS_HINT))
-        elif model.source.sha256 is not None:
-            try:
-                actual = _sha256(src)
-            except OSError as e:
-                out.append(Finding(path, f"cannot read model file: {e.strerror}: {src}"))
-            else:
-                if actual != model.source.sha256:
-                    out.append(Finding(("models", i, "source", "sha256"),
-                                       f"sha256 mismatch: the file has {actual}",
-                                       "the model changed; update the pin if the new file is intended"))
-        if model.calibration is not None:
-            out += _missing_data(("models", i, "calibration", "path"), model.calibration.path)
-        gpath: Path = ("models", i, "gate")
-        unlabelled = model.gate.parity.data.labels is not None and model.gate.parity.data.path is None
-        if unlabelled:
-            out.append(Finding(gpath + ("parity", "data", "labels"), "labels need the images they label",
-                               "set gate.parity.data.path to the image folder the labels name"))
-        out += _gate_files(gpath, model.gate, labels=not unlabelled)
-    for gpath, gate in own_gates:  # a target's or a matrix rule's own parity data and labels
-        out += _gate_files(gpath, gate)
-    return out
-
-
-def _missing_data(path: Path, data: str | None) -> list[Finding]:
-    if data is None or os.path.exists(data):
-        return []
-    return [Finding(path, f"data path not found: {data}", "a folder of .npy/.npz files or images, or one .npz file")]
-
-
-def _gate_files(path: Path, gate: GateSettings, *, labels: bool = True) -> list[Finding]:
-    data = gate.parity.data
-    out = _missing_data(path + ("parity", "data", "path"), data.path)
-    if labels and data.labels is not None and not os.path.exists(data.labels):
-        out.append(Finding(path + ("parity", "data", "labels"), f"labels file not found: {data.labels}",
-                           "a JSON object (image name -> class or text), a name<TAB>label text file, a COCO "
-                           "instances JSON or a folder of YOLO .txt labels"))
-    return out
 
 
 def _address_collisions(manifest: Manifest) -> list[Finding]:
@@ -154,6 +135,44 @@ def _address_collisions(manifest: Manifest) -> list[Finding]:
     return out
 
 
+def _noise_findings(manifest: Manifest, own_gates: Sequence[tuple[Path, GateSettings]]) -> list[Finding]:
+    """Regression thresholds inside the benchmark's accepted noise (``checks.noise_threshold_problems``) in the gate
+    of every model x target (the target's keys over the model's): reported at the key the target itself sets, else
+    at the model's."""
+    own = {path[1]: gate for path, gate in own_gates if path[0] == "targets"}
+    out: list[Finding] = []
+    for t, target in enumerate(manifest.targets):
+        mine = own.get(t)
+        for i, model in enumerate(manifest.models):
+            for key, message, hint in noise_threshold_problems(manifest.gate_for(model, target)):
+                if mine is not None and getattr(getattr(mine, key[0]), key[1]) is not None:
+                    path: Path = ("targets", t, "gate", *key)
+                elif mine is not None and mine.benchmark.max_spread_pct is not None:
+                    path = ("targets", t, "gate", "benchmark", "max_spread_pct")
+                else:
+                    path = ("models", i, "gate", *key)
+                finding = Finding(path, message, hint)
+                if finding not in out:
+                    out.append(finding)
+    # a matrix rule's gate over the target's over the model's: reported at the rule that sets one of the two keys
+    problems = {(key, message, hint) for gate in dict(manifest.rule_gates).values()
+                for key, message, hint in noise_threshold_problems(gate)}
+    for rpath, rule in own_gates:
+        if rpath[0] != "matrix":
+            continue
+        for key, message, hint in sorted(problems):
+            if getattr(getattr(rule, key[0]), key[1]) is not None:
+                where: tuple[str, ...] = key
+            elif rule.benchmark.max_spread_pct is not None:
+                where = ("benchmark", "max_spread_pct")
+            else:
+                continue
+            rule_finding = Finding((*rpath, *where), message, hint)
+            if rule_finding not in out:
+                out.append(rule_finding)
+    return out
+
+
 def _names(data: dict, section: str) -> list[str | None]:
     entries = data.get(section)
     if not isinstance(entries, list):
@@ -166,15 +185,15 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
     file = os.path.abspath(os.fspath(path))
     shown = _display_name(file)
     try:
-        with open(file, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        problem = Problem(shown, None, None, "", f"cannot read manifest: {e.strerror or e}")
-        return LoadedManifest(None, (problem,), {})
+        raw = read_manifest_bytes(file)
+    except _Unreadable as e:
+        return LoadedManifest(None, (Problem(shown, None, None, "", e.message, e.hint),), {})
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        problem = Problem(shown, None, None, "", f"the manifest is not UTF-8 text (byte {e.start})")
+        line, col = _byte_position(raw, e.start)
+        problem = Problem(shown, line, col, "", f"the manifest is not UTF-8 text (byte {e.start}: "
+                          f"0x{raw[e.start]:02x})", "save the file as UTF-8 (YAML manifests are UTF-8 text)")
         return LoadedManifest(None, (problem,), {})
     parsed = parse_yaml(text, shown)
     source = parsed.source
@@ -194,10 +213,11 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
         converted.models = _with_where(converted.models, source, shown)
         redirects = converted.redirects
         findings += converted.findings
+        on_disk, model_files = file_findings(converted.models, converted.own_gates)
         findings += check(CheckInput(converted.models, converted.targets, _names(data, "models"),
-                                     _names(data, "targets"), converted.include, converted.exclude),
+                                     _names(data, "targets"), converted.include, converted.exclude, model_files),
                           capabilities=capabilities, builder_names=builder_names)
-        findings += _file_findings(converted.models, converted.targets, converted.own_gates)
+        findings += on_disk
         if store_names is not None and converted.registry is not None and converted.registry.store is not None \
                 and converted.registry.store not in store_names:
             store = converted.registry.store
@@ -217,7 +237,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
             if builder_slug is not None:
                 manifest = replace(manifest, targets=tuple(replace(t, builder_slug=builder_slug(t.builder))
                                                            for t in manifest.targets))
-            collisions = _address_collisions(manifest)
+            collisions = _address_collisions(manifest) + _noise_findings(manifest, converted.own_gates)
             if collisions:
                 findings += collisions
                 manifest = None

@@ -42,6 +42,14 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema())
 
 
+@cache
+def task_output_keys() -> frozenset[str]:
+    """The keys of ``models[].task`` that name a model output (``output``; detection's ``boxes``, ``scores`` and
+    ``classes``): those the schema types as ``io_name``."""
+    properties = schema()["$defs"]["task"]["properties"]
+    return frozenset(k for k, v in properties.items() if v.get("$ref") == "#/$defs/io_name")
+
+
 def did_you_mean(word: str, choices: Sequence[str]) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else None

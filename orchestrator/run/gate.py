@@ -6,7 +6,8 @@ Each node writes its verdict file and a log saying what was run (engine, digest,
 input shapes, settings), every output's or shape's numbers, and the verdict with its reasons; its outcome data
 carries the status and the first reasons, so the CLI can say why without opening the file.
 
-A benchmark whose verdict is ``noisy`` (gates.run: the blocks disagree past the spread limit) ends ``pending``,
+A benchmark whose verdict is ``noisy`` (gates.noise: the noise, not the engine, would decide it; its drift latency
+check too) ends ``pending``,
 not done: it records no verdict, is not cached (the next `orchestrate gate` times it again) and blocks
 publishing exactly like a gate that has not run (docs/gates.md, "Benchmark noise")."""
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from orchestrator.contracts.runtime import RuntimeOptions, Session
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.graph import Cell
 from orchestrator.core.model import Model
+from orchestrator.errors import GateError
+from orchestrator.gates.conditions import nvml_probe
 from orchestrator.gates.drift import OUTPUTS_FILE, OutputRecorder, drift_case, judge_drift, latency_drift, load_outputs
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
 from orchestrator.gates.run import BlockSchedule, probe_memory, run_benchmark, run_parity, run_soak
@@ -41,6 +44,9 @@ class GatePayload:
     # the drift baseline (app.gating.drift_baseline): {"record": {address, builder_version, ...}, "outputs": path of
     # its recorded outputs or None, "benchmark": its benchmark verdict on this GPU model or None}; None: none
     drift: dict[str, Any] | None = None
+    # a re-gate whose other gate's settings moved: the verdict this gate gave the same engine under these very
+    # settings, as published (``app.gating.kept_verdicts``); written as this node's verdict, nothing is run again
+    kept: dict[str, Any] | None = None
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
@@ -101,9 +107,31 @@ def _parity_log(profile: str, verdict: ParityVerdict) -> list[str]:
     return lines
 
 
+def _keep(task: StepTask, payload: GatePayload, kind: str) -> StepOutcome:
+    """The published verdict of this engine under these settings, kept as this node's: its settings did not move,
+    only another gate's did (a parity-only change re-runs no benchmark)."""
+    report = dict(payload.kept or {})
+    _, engine = built_engine(task, payload)
+    if report.get("engine_digest") != engine.digest:
+        raise GateError(f"{engine.address}: the published {kind} verdict was given to engine "
+                        f"{str(report.get('engine_digest'))[:19]}, not to {str(engine.digest)[:19]}",
+                        hint="re-run `orchestrate plan`, then `orchestrate gate`")
+    name = f"{kind}.json"
+    with open_step_log(task) as log:
+        log(f"{kind} gate: {engine.address}: its settings did not move since the published verdict (gate node key "
+            f"{task.node.key[:16]}), so that verdict is kept, not run again: {report.get('status')}")
+    (task.out_dir / name).write_text(json.dumps(report, indent=1))
+    reasons = [str(r) for r in (report.get("verdict") or report).get("reasons") or ()] if kind == "benchmark" else []
+    return StepOutcome(files=(name,), data={"status": report.get("status"), "verdict": name,
+                                            "reasons": reasons[:MAX_REASONS_IN_DATA], "runner": report.get("runner"),
+                                            "key": task.node.key, "kept": True})
+
+
 def step_parity(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, GatePayload)
+    if payload.kept is not None:
+        return _keep(task, payload, "parity")
     model: Model = payload.model
     engine_path, engine = built_engine(task, payload)
     runtime = plugins.runtime_for(engine)
@@ -199,7 +227,7 @@ def _drift_log(drift: dict[str, Any]) -> list[str]:
     if drift.get("change_pct") is not None:
         lines.append(f"  {drift['shape']}: p50 {drift['p50_ms']:.4g} ms vs {drift['baseline_p50_ms']:.4g} ms "
                      f"({drift['change_pct']:+.1f}%)")
-    lines.extend(f"  {r}" for r in (*drift.get("reasons", ()), *drift.get("notes", ())))
+    lines.extend(f"  {r}" for r in (*drift.get("reasons", ()), *drift.get("noisy", ()), *drift.get("notes", ())))
     return lines
 
 
@@ -262,15 +290,17 @@ def _benchmark_drift(payload: GatePayload, model: Model, verdict: BenchmarkVerdi
                 "notes": ["no engine of an earlier builder version is published for this cell: nothing to compare"
                           if payload.drift is None else "nothing was timed"]}
     return latency_drift(gated.gated.p50_ms, gated.input_shapes, gated.label, payload.drift["record"],
-                         payload.drift.get("benchmark"), settings)
+                         payload.drift.get("benchmark"), settings, series=gated.gated_name,
+                         noise_pct=gated.gated.spread_pct, clock=gated.clock)
 
 
 def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
     lines = []
     for s in verdict.shapes:
         shapes = ", ".join(f"{k} {list(v)}" for k, v in s.input_shapes.items())
-        lines.append(f"shape {s.label} ({shapes}, batch {s.batch}; clock {s.clock}; "
-                     f"outputs {s.extra.get('outputs', '-')})")
+        graph = f"; CUDA graph {s.extra['cuda_graph']}" if s.extra.get("cuda_graph") else ""
+        lines.append(f"shape {s.label} ({shapes}, batch {s.batch}; clock {s.clock}{graph}; "
+                     f"outputs {s.extra.get('outputs', '-')}; gated series {s.gated_name.replace('_', '-')})")
         for name, st in (("compute", s.compute), ("end-to-end", s.end_to_end)):
             if st is None:
                 continue
@@ -278,6 +308,9 @@ def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
                          f"{st.throughput_per_s:.1f}/s over {st.count} iterations in {st.blocks} block(s); "
                          f"p50 per block {', '.join(f'{x:.4f}' for x in st.block_p50_ms) or '-'} ms, "
                          f"spread {st.spread_pct:.1f}%")
+        if s.conditions:
+            lines.append("  GPU per block (SM clock, temperature before->after): "
+                         + "; ".join(c.text() for c in s.conditions))
         if s.regression_pct is not None:
             lines.append(f"  p50 vs baseline: {s.regression_pct:+.1f}%")
     lines.extend(f"note: {n}" for n in verdict.notes)
@@ -287,6 +320,8 @@ def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
 def step_benchmark(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, GatePayload)
+    if payload.kept is not None:
+        return _keep(task, payload, "benchmark")
     model: Model = payload.model
     settings = model.gate.benchmark
     schedule = BlockSchedule.of(settings)
@@ -309,12 +344,16 @@ def step_benchmark(task: StepTask) -> StepOutcome:
             return runtime.load(engine_path, engine, RuntimeOptions(
                 profile_index=0, device="cuda" if device == "cuda" else "cpu", cache_dir=payload.caches / "runtime"))
 
+        probe = nvml_probe() if device == "cuda" else None
         session = session_for()
         try:
             verdict = run_benchmark(session, benchmark_inputs(model, profile, settings.shapes), settings,
-                                    payload.baseline, schedule=schedule)
+                                    payload.baseline, schedule=schedule, device_probe=probe)
         finally:
             session.close()
+        if device == "cuda" and probe is None:
+            verdict = replace(verdict, notes=(*verdict.notes, "the GPU's clock and temperature per block were not "
+                                              "recorded: NVML is not available (pip install 'trt-orchestrator[gpu]')"))
         for line in _benchmark_log(verdict):
             log(line)
         drift = _benchmark_drift(payload, model, verdict)
@@ -329,22 +368,25 @@ def step_benchmark(task: StepTask) -> StepOutcome:
             if section["status"] == "failed" and status != "noisy":
                 status = "failed"
             reasons += section["reasons"] if status != "noisy" else []
+        noisy = list(verdict.noisy)
         if drift is not None:
             for line in _drift_log(drift):
                 log(line)
             if drift["status"] == "failed" and status != "noisy":
                 status = "failed"
                 reasons += [f"drift: {r}" for r in drift["reasons"]]
-        why = reasons or verdict.noisy
+            elif drift["status"] == "noisy" and status != "failed":
+                status = "noisy"  # the latency drift threshold lies within the measured noise: no verdict
+                noisy += [f"drift: {r}" for r in drift.get("noisy", ())]
+        why = reasons or noisy
         log(f"verdict: {status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
               "status": status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
               "runner": payload.runner, "drift": drift, "memory": memory, "soak": soak}
-    if verdict.status == "noisy":
+    if status == "noisy":
         # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
-        return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(verdict.noisy),
-                           data={"status": "noisy", "reasons": list(verdict.noisy[:MAX_REASONS_IN_DATA]),
-                                 "verdict": report})
+        return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(noisy),
+                           data={"status": "noisy", "reasons": noisy[:MAX_REASONS_IN_DATA], "verdict": report})
     (task.out_dir / "benchmark.json").write_text(json.dumps(report, indent=1))
     return StepOutcome(files=("benchmark.json",), data={"status": status, "verdict": "benchmark.json",
                                                         "reasons": reasons[:MAX_REASONS_IN_DATA],

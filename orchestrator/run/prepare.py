@@ -17,6 +17,7 @@ from orchestrator.contracts.store import AttachmentReader, StoredArtifact
 from orchestrator.core.model import Model, PrecisionSpec, RegistryConfig
 from orchestrator.digests import DigestCache, hash_file
 from orchestrator.errors import BuildError, OrchestratorError
+from orchestrator.manifest.model_file import ModelFileError, read_model_file
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log, read_result
 
 CALIBRATION_CACHE = "calibration.cache"
@@ -56,9 +57,10 @@ def step_prepare(task: StepTask) -> StepOutcome:
     payload = task.payload
     assert isinstance(payload, ModelPayload)
     path = payload.model.source.path
-    if not Path(path).exists():
-        raise BuildError(f"model file {path} is missing", node=task.node.id,
-                         hint="fetch the models first (scripts/fetch_models.py for the demo)")
+    try:  # what validate checks, again where the build runs: a url source is first read here, after its fetch
+        read_model_file(path)
+    except ModelFileError as e:
+        raise BuildError(f"model file {e.message}: {path}", node=task.node.id, hint=e.hint) from None
     # the plan's stat-keyed digest cache: an unchanged model is not read again, a changed one is re-hashed
     digest = DigestCache.open(payload.caches.parent / "digests.json").model_digest(path)
     if digest != task.node.key:

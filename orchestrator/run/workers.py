@@ -1,6 +1,8 @@
 """Worker processes that never outlive the scheduler: a guard process leads a process group the workers join and
 SIGKILLs it when the scheduler's end of a pipe closes (however the scheduler died), and each worker asks Linux for
-a parent-death signal. A native build cannot be interrupted from Python, so stopping means killing."""
+a parent-death signal. A native build cannot be interrupted from Python, so stopping means killing. And none is left
+behind as a zombie: every child the pool started (its workers, multiprocessing's resource tracker) is waited for
+before the run returns (``reap``), so `orchestrate` never exits with a defunct child that init must collect."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from multiprocessing import resource_tracker
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -107,14 +110,31 @@ def worker_init(parent: int, pgid: int | None) -> None:
 
 def stop_workers(pool: cf.ProcessPoolExecutor, guard: WorkerGuard | None = None) -> None:
     """Kill the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
     if guard is not None and guard.pgid is not None:
         guard.kill_group()  # the workers and their children (a builder's tool), one signal
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
         terminate()
-        return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+    else:
+        for proc in processes:
+            proc.terminate()
+    # Wait until they are gone: the caller removes their temp dirs next, and a worker still finishing a write (a
+    # loaded machine, a slow disk) would leave a dir behind. A killed process ends when its syscall returns.
     for proc in processes:
-        proc.terminate()
-    for proc in processes:
+        proc.join(timeout=60)
+
+
+def reap(pool: cf.ProcessPoolExecutor) -> None:
+    """After the pool shut down: wait for what it started. Its workers are joined by the shutdown; multiprocessing's
+    resource tracker (started for the pool's locks under the spawn context) ends only when its pipe closes, after
+    this process, and would then linger as a zombie: close the pipe and wait for it now (it starts again on demand).
+    Python offers no public call for that; ``ResourceTracker._stop`` exists since 3.8."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
         proc.join(timeout=5)
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass  # already gone, or reaped elsewhere

@@ -8,7 +8,7 @@ Layouts accepted:
   ``(K, *input shape[1:])`` (K rows, cut into batches of the input's batch size, a partial last batch dropped);
 - ``x.npz``: one array per input name, each in one of the layouts above;
 - a folder of ``.npy``/``.npz`` files: each file is read as above, in sorted name order;
-- a folder of images (png/jpg/jpeg/bmp/webp, sorted; needs Pillow): single-input models only.
+- a folder of images (png/jpg/jpeg/bmp/ppm/webp, sorted; needs Pillow): single-input models only.
 
 At most ``DataSource.samples`` samples are produced. numpy is imported inside functions like everything heavy.
 """
@@ -18,10 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from orchestrator.core.model import DataSource, Preprocess
+from orchestrator.core.model import ARRAY_SUFFIXES, IMAGE_SUFFIXES, DataSource, Preprocess
 from orchestrator.errors import BuildError
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 Shapes = Mapping[str, tuple[int, ...]]
 Dtypes = Mapping[str, str]
@@ -50,7 +48,7 @@ def _feeds(source: DataSource, shapes: Shapes, dtypes: Dtypes) -> Iterator[dict]
         yield from _file_feeds(path, shapes, dtypes)
     elif path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file())
-        arrays = [p for p in files if p.suffix in (".npy", ".npz")]
+        arrays = [p for p in files if p.suffix in ARRAY_SUFFIXES]
         images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
         if arrays:
             for p in arrays:

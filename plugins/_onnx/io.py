@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.atomic import no_space
 from orchestrator.errors import BuildError
 
 # Protobuf refuses to serialize a message over 2 GiB; switch to external data with headroom below that.
@@ -15,10 +16,17 @@ EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
 
 
 def load_model(path: Path | str):
-    """Load a model and its external data (resolved relative to the model's folder)."""
+    """Load a model and its external data (resolved relative to the model's folder); ``BuildError`` when the file
+    is no ONNX model (protobuf's ``DecodeError``) or its external data cannot be read."""
     import onnx
 
-    return onnx.load(str(path), load_external_data=True)
+    try:
+        return onnx.load(str(path), load_external_data=True)
+    except OSError as e:
+        raise BuildError(f"cannot read the model {path}: {e.strerror or e}") from e
+    except Exception as e:  # google.protobuf.message.DecodeError and friends: not an ONNX model
+        raise BuildError(f"{path} is not a readable ONNX model: {type(e).__name__}: {_first_line(e)}",
+                         hint="re-export the model; `python -m onnx.checker PATH` says what is wrong") from e
 
 
 def save_model(model, path: Path | str) -> list[Path]:
@@ -31,13 +39,27 @@ def save_model(model, path: Path | str) -> list[Path]:
         size = model.ByteSize()
     except Exception:  # some protobuf builds raise instead of answering for > 2 GiB messages
         size = EXTERNAL_DATA_THRESHOLD + 1
-    if size <= EXTERNAL_DATA_THRESHOLD:
-        onnx.save(model, str(path))
-        return [path]
-    location = path.name + ".data"
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=location, size_threshold=1024)
-    return [path, path.with_name(location)]
+    written = [path] if size <= EXTERNAL_DATA_THRESHOLD else [path, path.with_name(path.name + ".data")]
+    try:
+        if size <= EXTERNAL_DATA_THRESHOLD:
+            onnx.save(model, str(path))
+        else:
+            onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=written[1].name, size_threshold=1024)
+    except OSError as e:
+        for partial in written:  # nothing half-written stays
+            partial.unlink(missing_ok=True)
+        raise no_space(e, path, what=f"the model {path.name}") or BuildError(
+            f"cannot write the model {path}: {e.strerror or e}") from e
+    return written
+
+
+def raise_if_no_space(error: BaseException, path: Path | str, what: str) -> None:
+    """A tool (onnxruntime's quantizer, ModelOpt) that failed writing under ``path`` because the disk is full:
+    ``NoSpaceError`` naming the folder and the space left, instead of the tool's own wrapping of it."""
+    full = no_space(error, path, what=what)
+    if full is not None:
+        raise full from error
 
 
 def model_bytes(path: Path | str) -> int:

@@ -11,8 +11,16 @@ https://github.com/NVIDIA/TensorRT/blob/v11.1/samples/common/sampleEngines.cpp):
 The byte order of 24..27 was checked on a real TensorRT-RTX 1.7.1.116 plan built on this machine
 (tests/unit/test_trt_plan_header.py): bytes 24..27 are ``01 07 01 74`` = 1.7.1.116 (byte 23 is padding: a window
 one byte to the left reads "00 01 07 01"). One byte per field means a build number
-above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented, so the
-compute capability is not read from it.
+above 255 is stored modulo 256; comparisons below do the same. Nothing else in the header is documented.
+
+Measured, not documented (``measured_layout``): on TensorRT-RTX 1.7.1.116 plans built on this machine
+(``tests/integration/identify_corpus.py`` builds them: several models, 1 to 4 compute capabilities, stripped and
+not), bytes 16..23 are the plan's total size (uint64, little-endian) and, after a second ``vtrt`` at 28..31, bytes
+32..39 a bit set of the compute capabilities the engine was built for (bit 0 SM75, 1 SM80, 2 SM86, 3 SM89, 4
+SM120, 5 SM121; e.g. SM89+SM120 = 0x18). These are read only for the RTX releases where they were measured
+(``MEASURED_RTX``) and only when every other bit is clear; for any other release, and for TensorRT proper (whose
+plans cannot be built here), the plan size and compute capabilities stay unknown. Whether a plan was stripped of
+its weights is not visible in the first 64 bytes (stripped and full plans of one model differ only in sizes).
 """
 
 from __future__ import annotations
@@ -64,6 +72,44 @@ def read_header_file(path: str | Path) -> PlanHeader:
 
 
 _LABEL = {"tensorrt": "TensorRT", "tensorrt-rtx": "TensorRT-RTX"}
+
+# TensorRT-RTX (major, minor) releases whose layout beyond the documented bytes was measured here (see the module
+# docstring); the bit order of the compute-capability set, as measured on 1.7.1
+MEASURED_RTX = ((1, 7),)
+_RTX_CC_BITS = ("7.5", "8.0", "8.6", "8.9", "12.0", "12.1")
+_SIZE_SLICE = slice(16, 24)
+_SECOND_MAGIC = slice(28, 32)
+_CC_SLICE = slice(32, 40)
+
+
+@dataclass(frozen=True)
+class MeasuredLayout:
+    """What the measured (undocumented) header fields say; None: not measured for this plan's release."""
+
+    plan_size: int | None
+    compute_capabilities: tuple[str, ...] | None
+    why_unknown: str | None  # why the fields are not read, when they are not
+
+
+def measured_layout(header: PlanHeader, first_bytes: bytes) -> MeasuredLayout:
+    """The plan size and compute capabilities of a TensorRT-RTX plan of a release measured here (``MEASURED_RTX``),
+    else unknown with the reason. Never raises."""
+    data = bytes(first_bytes)
+    if header.flavour != "tensorrt-rtx":
+        return MeasuredLayout(None, None, "not documented for TensorRT plans, and none can be built here to "
+                                          "measure (TensorRT proper is not installable on these machines)")
+    if header.version is None or header.version[:2] not in MEASURED_RTX:
+        return MeasuredLayout(None, None, f"the layout beyond the documented bytes was measured on TensorRT-RTX "
+                                          f"{', '.join('.'.join(map(str, v)) for v in MEASURED_RTX)} plans only, "
+                                          f"this one is {header.version_text or 'of no readable version'}")
+    if len(data) < _CC_SLICE.stop or data[_SECOND_MAGIC] != MAGIC_RTX:
+        return MeasuredLayout(None, None, "the header does not have the layout measured on this release")
+    size = struct.unpack_from("<Q", data, _SIZE_SLICE.start)[0]
+    bits = struct.unpack_from("<Q", data, _CC_SLICE.start)[0]
+    if bits == 0 or bits >> len(_RTX_CC_BITS):
+        return MeasuredLayout(size, None, f"the compute-capability bits 0x{bits:x} are not the ones measured")
+    ccs = tuple(cc for i, cc in enumerate(_RTX_CC_BITS) if bits >> i & 1)
+    return MeasuredLayout(size, ccs, None)
 
 
 def check_header(header: PlanHeader, expected: Flavour, builder_version: str | None) -> str | None:

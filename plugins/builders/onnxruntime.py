@@ -27,11 +27,12 @@ import collections
 import time
 from pathlib import Path
 
+from orchestrator.atomic import free_bytes, no_space
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.artifact import ONNX_ENGINE_MEDIA_TYPE
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.errors import BuildError
+from orchestrator.errors import BuildError, NoSpaceError
 from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
 
 ENGINE_NAME = "engine.onnx"
@@ -52,10 +53,26 @@ def _op_histogram(path: Path) -> dict[str, int]:
     return dict(collections.Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in model.graph.node))
 
 
+def _out_of_space(out_dir: Path, onnx_path: Path, error: Exception) -> NoSpaceError | None:
+    """onnxruntime reports a failed write of the optimized model as ``INVALID_PROTOBUF : Protobuf serialization
+    failed``, without the OS error (measured with 1.31 on a full tmpfs): when the folder has less room than the
+    model it was writing (its partial file removed), that is why."""
+    found = no_space(error, out_dir)
+    if found is not None:
+        return found
+    free = free_bytes(out_dir)
+    need = model_bytes(onnx_path)
+    if free is None or free >= need:
+        return None
+    return NoSpaceError(str(out_dir), free, what=f"the optimized model (about {need / (1024 * 1024):.0f} MiB)")
+
+
 class OnnxRuntimeBuilder:
     name = "onnxruntime"
     runtime = "onnxruntime"
     slug = "ort"
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
         cuda = PROVIDERS["cuda"] in fingerprint.runtime_features(self.runtime)
@@ -152,6 +169,11 @@ class OnnxRuntimeBuilder:
         try:
             session = ort.InferenceSession(str(request.onnx_path), options, providers=[provider])
         except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented: one family for us
+            for partial in (engine_path, out_dir / (ENGINE_NAME + ".data")):
+                partial.unlink(missing_ok=True)
+            full = _out_of_space(out_dir, Path(request.onnx_path), e)
+            if full is not None:
+                raise full from e
             raise BuildError(f"onnxruntime {ort.__version__} could not optimize {request.onnx_path.name} "
                              f"for {provider}: {e}", node=request.address) from e
         build_seconds = time.perf_counter() - started
@@ -192,7 +214,13 @@ class OnnxRuntimeBuilder:
         lines.append(f"build_seconds: {build_seconds:.3f}")
         lines += [f"op {op}: {before.get(op, 0)} -> {after.get(op, 0)}"
                   for op in sorted(set(before) | set(after))]
-        log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        try:
+            log_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        except OSError as e:
+            full = no_space(e, log_path, what="the build log")
+            if full is None:
+                raise
+            raise full from e
         request.log(f"onnxruntime: optimized {request.onnx_path.name} for {provider} at level {level_name}: "
                     f"{facts['nodes_before']} -> {facts['nodes_after']} nodes in {build_seconds:.2f}s")
         return BuildResult(

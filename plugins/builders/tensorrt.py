@@ -328,6 +328,8 @@ class TensorRTBuilder:
     name = "tensorrt"
     runtime = "tensorrt"
     slug = "trt"
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
         return probe_target(self, fingerprint)

@@ -249,6 +249,8 @@ class TensorRtxBuilder:
     name = "tensorrt-rtx"
     runtime = "tensorrt-rtx"
     slug = "rtx"
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
         return probe_target(self, fingerprint)

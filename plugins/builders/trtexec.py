@@ -298,6 +298,8 @@ class TrtexecBuilder:
     name = "trtexec"
     runtime = "tensorrt"  # trtexec writes plain TensorRT plans
     slug = "trtexec"
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def probe_target(self, fingerprint: RunnerFingerprint) -> Target | None:
         return probe_target(self, fingerprint)

@@ -50,6 +50,9 @@ ACTIONS = {
     "upload_artifact": ("actions/upload-artifact", "ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
     "download_artifact": ("actions/download-artifact", "d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
     "cache": ("actions/cache", "0057852bfaa89a56745cba8c7296529d2fc39830", "v4.3.0"),
+    # GitHub's artifact attestations (docs/trust.md): the v3.0.0 tag's commit in actions/attest-build-provenance
+    "attest_build_provenance": ("actions/attest-build-provenance", "977bb373ede98d70efdf65b84cb5f73e068dcc2a",
+                                "v3.0.0"),
 }
 ActionRefs = Literal["sha", "tags"]
 

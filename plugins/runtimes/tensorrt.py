@@ -9,6 +9,14 @@ device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_
 (Polygraphy gates these at 10.1: NVIDIA/TensorRT tools/Polygraphy/polygraphy/backend/trt/runner.py; the 10.x and
 11.x surfaces in tests/conformance/data say which release has which). Host buffers are pinned; timing uses CUDA
 events.
+
+The benchmark's device series replays the enqueue as a CUDA graph, as trtexec ``--useCudaGraph`` does and NVIDIA's
+Developer Guide ("CUDA Graphs") shows: one ``execute_async_v3`` outside capture after the shapes are set (it updates
+the context's internal state), then capture one enqueue on the session's stream, instantiate, and time
+``cudaGraphLaunch`` between CUDA events. A short engine is launch-bound: replaying one graph keeps the host's
+per-kernel launch jitter out of the device time. A graph is captured per set of bound buffers (shapes and
+addresses); when capture is refused (an engine with work that cannot be captured) the series is timed eagerly and
+``Timing.extra["cuda_graph"]`` says why, as trtexec falls back after "The CUDA graph capture on the stream has failed".
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ class TensorRTSession:
         self.output_names = tuple(n for n in names if not is_input[n])
         self.dtypes = {n: self._np_dtype(n) for n in names}
         self._io: dict[str, _Io] = {}
+        self._graphs: dict[tuple, _cuda.CudaGraph] = {}  # per bound buffers (names, shapes, device addresses)
+        self._graph_refused: str | None = None
 
     def _np_dtype(self, name: str) -> np.dtype:
         dt = self.engine.get_tensor_dtype(name)
@@ -92,6 +102,7 @@ class TensorRTSession:
         io = self._io.get(name)
         if io is None or io.shape != shape:
             if io is not None:
+                self._drop_graphs()  # a graph holds the old addresses
                 io.free()
             io = _Io(name, shape, self.dtypes[name])
             self._io[name] = io
@@ -130,6 +141,31 @@ class TensorRTSession:
         if not self.context.execute_async_v3(self.stream.handle):
             raise GateError(f"{self.label}: execute_async_v3 returned False")
 
+    def _drop_graphs(self) -> None:
+        for graph in self._graphs.values():
+            graph.destroy()
+        self._graphs.clear()
+
+    def _launcher(self, ins: list[_Io], outs: list[_Io]) -> tuple[Callable[[], None], str]:
+        """(one run of the engine, how it runs): a captured CUDA graph's launch, or the eager enqueue where capture
+        was refused (the reason is kept: the engine will not become capturable in this session)."""
+        key = tuple((io.name, io.shape, io.device.ptr) for io in ins + outs)
+        graph = self._graphs.get(key)
+        if graph is None and self._graph_refused is None:
+            self._enqueue()  # outside capture first: the context sets up its shape-dependent state
+            self.stream.synchronize()
+            graph = _cuda.CudaGraph()
+            try:
+                graph.capture(self.stream, self._enqueue)
+                self._graphs[key] = graph
+            except (_cuda.CudaCallError, GateError) as e:
+                graph.destroy()
+                graph = None
+                self._graph_refused = f"refused, timed eagerly: {e}"
+        if graph is None:
+            return self._enqueue, self._graph_refused or "refused"
+        return (lambda: graph.launch(self.stream)), "replayed"
+
     # -- Session protocol ------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -146,9 +182,13 @@ class TensorRTSession:
 
     def benchmark(self, inputs: Mapping[str, np.ndarray], *, warmup: int, iterations: int,
                   time_budget_s: float | None) -> Timing:
-        """CUDA-event timing: compute-only (between H2D and D2H) and end-to-end (H2D + compute + D2H)."""
+        """CUDA-event timing: compute-only (between H2D and D2H: a CUDA-graph replay where capture works) and
+        end-to-end (H2D + compute + D2H)."""
         try:
             ins, outs = self._prepare(inputs)
+            for io in ins:
+                _cuda.copy_htod_async(io.device.ptr, io.host, self.stream)
+            launch, graph_note = self._launcher(ins, outs)
             events = [_cuda.Event() for _ in range(4)]
             try:
                 compute: list[float] = []
@@ -165,7 +205,7 @@ class TensorRTSession:
                     for io in ins:
                         _cuda.copy_htod_async(io.device.ptr, io.host, self.stream)
                     events[1].record(self.stream)
-                    self._enqueue()
+                    launch()
                     events[2].record(self.stream)
                     for io in outs:
                         _cuda.copy_dtoh_async(io.host, io.device.ptr, self.stream)
@@ -184,15 +224,17 @@ class TensorRTSession:
         return Timing(
             compute_ms=tuple(compute),
             end_to_end_ms=tuple(e2e),
-            clock="cuda_event",
+            clock="cuda_graph" if graph_note == "replayed" else "cuda_event",
             device_memory_bytes=self.activation.nbytes + io_bytes,
-            extra={"activation_bytes": self.activation.nbytes, "io_bytes": io_bytes, "warmup": warmup},
+            extra={"activation_bytes": self.activation.nbytes, "io_bytes": io_bytes, "warmup": warmup,
+                   "cuda_graph": graph_note},
         )
 
     def close(self) -> None:
         if self._on_close is not None:
             self._on_close(self)
             self._on_close = None
+        self._drop_graphs()
         for io in self._io.values():
             io.free()
         self._io.clear()

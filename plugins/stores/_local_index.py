@@ -216,6 +216,10 @@ class LocalIndex:
     def data(self) -> dict:
         return self._data
 
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> its engine digest (``contracts.store.RecordKeyIndex``)."""
+        return {key: str(rec["digest"]) for key, rec in self._data["artifacts"].items()}
+
     def latest_by_address(self) -> dict[str, IndexEntry]:
         """The newest publish per address (several records may share a build key: the newest one wins), with
         ``damage`` set where that record is damaged: checked now, or found damaged when the index was rebuilt

@@ -22,7 +22,8 @@ EXTRA_MEDIA_TYPE = "application/vnd.trt-orchestrator.file.v1"
 CALIBRATION_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.calibration-cache.v1"
 TIMING_CACHE_MEDIA_TYPE = "application/vnd.trt-orchestrator.timing-cache.v1"
 ROLE_MEDIA_TYPES = {"log": LOG_MEDIA_TYPE, "extra": EXTRA_MEDIA_TYPE,
-                    "calibration-cache": CALIBRATION_CACHE_MEDIA_TYPE, "timing-cache": TIMING_CACHE_MEDIA_TYPE}
+                    "calibration-cache": CALIBRATION_CACHE_MEDIA_TYPE, "timing-cache": TIMING_CACHE_MEDIA_TYPE,
+                    "signature": "application/vnd.dsse.envelope.v1+json"}  # the signed provenance (docs/trust.md)
 TITLE = "org.opencontainers.image.title"
 ANN = "io.trt-orchestrator."
 BK_TAG = "bk-"
@@ -198,6 +199,10 @@ class OciIndex:
 
     def entries(self) -> list[IndexEntry]:
         return list(self._entries)
+
+    def record_digests(self) -> dict[str, str]:
+        """Every record key -> its engine digest (``contracts.store.RecordKeyIndex``)."""
+        return {e.record_key: e.digest for e in self._entries}
 
     def latest_by_address(self) -> dict[str, IndexEntry]:
         """The newest publish per address (several records may share a build key: the newest one wins), with

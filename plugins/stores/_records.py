@@ -1,7 +1,8 @@
 """What both built-in stores agree on about a record's identity and its attachments.
 
 Identity. A published record is one engine (build key) with one set of gate verdicts (gate key); its identity is
-``metadata["record_key"]`` (``core.keys.record_key(build_key, gate key)``). Records published before record keys
+``metadata["record_key"]`` (``core.keys.record_key(build_key, gate key, model version)``; a record published before
+the model version was part of it carries ``record_key(build_key, gate key)``). Records published before record keys
 have none: their identity is their build key, which is also what ``record_key`` gives for an empty gate key, so a
 store written by an older client reads unchanged. A re-gated engine is a second record of the same build key
 (same engine digest, other verdicts), never an overwrite of the first.
@@ -19,8 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from orchestrator.contracts.store import CACHE_ROLES, ArtifactFiles
-from orchestrator.core.keys import record_key
+from orchestrator.contracts.store import ATTACHMENT_ROLES, CACHE_ROLES, ArtifactFiles
+from orchestrator.core.keys import accepted_record_keys
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, InvalidMetadataError, StoreError
 from orchestrator.metadata import validate_metadata
 
@@ -39,13 +40,17 @@ def gate_key_of(meta: Mapping[str, Any]) -> str:
 
 
 def record_key_problem(meta: Mapping[str, Any]) -> str | None:
-    """Why ``meta["record_key"]`` is not the record key of its build key and gate key (None: it is, or absent)."""
+    """Why ``meta["record_key"]`` is not the record key of its build key, gate key and model version (None: it is,
+    or absent)."""
     if "record_key" not in meta:
         return None
-    want = record_key(str(meta.get("build_key")), gate_key_of(meta))
-    if meta["record_key"] != want:
+    model = meta.get("model")
+    version = model.get("version") if isinstance(model, Mapping) else None
+    accepted = accepted_record_keys(str(meta.get("build_key")), gate_key_of(meta),
+                                    str(version) if version is not None else None)
+    if meta["record_key"] not in accepted:
         return (f"record_key {str(meta['record_key'])[:64]!r} is not the record key of its build key and gate key "
-                f"({want})")
+                f"with its model version ({accepted[0]})")
     return None
 
 
@@ -65,14 +70,16 @@ def _name_problem(name: str) -> str | None:
 
 
 def check_attachments(files: ArtifactFiles) -> None:
-    """Cache attachments: a known role and a plain file name unique in the record (logs and extras included)."""
+    """Attachments (caches, the signed provenance): a known role and a plain file name unique in the record (logs
+    and extras included)."""
     address = files.metadata.get("address")
     names = [n for n in ([files.log.name] if files.log is not None else []) + [p.name for p in files.extra]]
     for a in files.attachments:
-        if a.role not in CACHE_ROLES:
+        if a.role not in ATTACHMENT_ROLES:
             raise StoreError(f"{address}: attachment {a.name!r} has role {a.role!r}, not one of "
-                             f"{', '.join(CACHE_ROLES)}",
-                             hint="logs and extra files go in ArtifactFiles.log / .extra; attachments are caches")
+                             f"{', '.join(ATTACHMENT_ROLES)}",
+                             hint="logs and extra files go in ArtifactFiles.log / .extra; attachments are caches "
+                                  "and the signed provenance")
         problem = _name_problem(a.name)
         if problem:
             raise StoreError(f"{address}: attachment name {a.name!r} {problem}",

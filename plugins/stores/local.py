@@ -117,7 +117,6 @@ LOCK_TIMEOUT_S = 300.0
 REPAIR_HINT = ("restore it from a backup, or publish that artifact again (`orchestrate publish` moves the damaged "
                "record aside); `orchestrate store check --quarantine` moves every damaged record aside")
 
-
 class LocalStore:
     name = "local"
 

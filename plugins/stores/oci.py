@@ -91,7 +91,7 @@ from orchestrator.core.model import RegistryConfig
 from orchestrator.digests import hash_file
 from orchestrator.errors import ArtifactNotFoundError, IntegrityError, StoreError, StoreUnavailableError
 from orchestrator.metadata import METADATA_MEDIA_TYPE, utc_now, validate_metadata
-from trt_orchestrator_plugins.stores import _oci_check
+from trt_orchestrator_plugins.stores import _oci_check, _referrers
 from trt_orchestrator_plugins.stores._atomic import DestinationError, write_error
 from trt_orchestrator_plugins.stores._oci_api import DistributionApi
 from trt_orchestrator_plugins.stores._oci_layout import (  # noqa: F401 - media types re-exported for callers
@@ -536,6 +536,17 @@ class OciStore:
             found = list(pool.map(read, arts))
         return ([r for r in found if isinstance(r, StoredArtifact)],
                 damaged + [r for r in found if isinstance(r, DamagedRecord)])
+
+    def put_referrer(self, record: StoredArtifact, path: Path, artifact_type: str) -> str:
+        """Hang ``path`` (the signed provenance) on ``record``'s manifest as an OCI referrer (``_referrers``)."""
+        self._check_api()
+        repo = self._repo(str(record.metadata["model"]["name"]))
+        art = self._resolve(repo, BK_TAG + record_id(record.metadata))
+        if art is None or not art.raw:
+            raise ArtifactNotFoundError(f"{record.metadata.get('address')}: no record to refer to in "
+                                        f"{self.host}/{repo}")
+        ref = _referrers.put_referrer(self, repo, art.manifest_digest, len(art.raw), Path(path), artifact_type)
+        return f"{self.host}/{repo}@{ref}"
 
     def records(self, model: str | None = None) -> list[StoredArtifact]:
         """Newest first; damaged records left out (``damaged``)."""

@@ -77,6 +77,8 @@ class FloatConversion:
 
     # distributions whose versions change this transform's output (they go into transform keys)
     tools = ("onnx", "onnxconverter-common")
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def __init__(self, kind: LowType) -> None:
         self.kind = kind

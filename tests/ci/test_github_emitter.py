@@ -94,7 +94,8 @@ def test_workflow_shape(fleet):
     assert list(jobs) == ["plan", "comment", "build", "gate", "publish"]
     assert {name: job["permissions"] for name, job in jobs.items()} == {
         "plan": {"contents": "read"}, "comment": {"pull-requests": "write"}, "build": {"contents": "read"},
-        "gate": {"contents": "read"}, "publish": {"contents": "read"}}
+        "gate": {"contents": "read"},
+        "publish": {"contents": "read", "id-token": "write", "attestations": "write"}}  # attestations (issue 27)
     assert jobs["plan"]["runs-on"] == "ubuntu-latest"
     assert set(jobs["plan"]["outputs"]) == {"matrix", "gate_matrix", "has_changes", "has_gate"}
     comment = jobs["comment"]
@@ -132,8 +133,10 @@ def test_workflow_shape(fleet):
     for guard in ("!cancelled()", "github.event_name != 'pull_request'", "needs.plan.result == 'success'"):
         assert guard in publish["if"]
     assert "failure" not in publish["if"]  # per-cell: publish what passed even when other shards failed
-    assert publish["steps"][-1]["run"] == 'orchestrate publish --plan plan.json --summary "$GITHUB_STEP_SUMMARY"'
-    assert "env" not in publish["steps"][-1]  # no registry login for a registry that needs none
+    step = next(s for s in publish["steps"] if s.get("name") == "Publish")
+    assert step["run"] == ('orchestrate publish --plan plan.json --summary "$GITHUB_STEP_SUMMARY" '
+                           '--checksums published.sha256')
+    assert "env" not in step  # no registry login for a registry that needs none
     for job in jobs.values():  # checkouts keep no token in .git/config for later steps
         for step in job["steps"]:
             if str(step.get("uses", "")).startswith("actions/checkout@"):

@@ -179,10 +179,12 @@ def test_only_the_publish_step_gets_the_write_login(tmp_path, registry, write, r
     wf = yaml.safe_load(files[WORKFLOW_PATH])
     jobs = wf["jobs"]
     login = ("ORCHESTRATE_REGISTRY_USERNAME", "ORCHESTRATE_REGISTRY_PASSWORD")
-    assert jobs["publish"]["steps"][-1]["env"] == dict(zip(login, write, strict=True))
+    publish = next(s for s in jobs["publish"]["steps"] if s.get("name") == "Publish")
+    assert publish["env"] == dict(zip(login, write, strict=True))
     assert "env" not in jobs["publish"]  # the write login is the publish step's alone
     ghcr = registry["url"].startswith("ghcr.io/")
-    assert jobs["publish"]["permissions"] == {"contents": "read", **({"packages": "write"} if ghcr else {})}
+    assert jobs["publish"]["permissions"] == {"contents": "read", **({"packages": "write"} if ghcr else {}),
+                                              "id-token": "write", "attestations": "write"}
     for name in ("plan", "build", "gate"):
         env = {k: v for k, v in jobs[name].get("env", {}).items() if k in login}
         assert env == (dict(zip(login, read, strict=True)) if read else {}), name

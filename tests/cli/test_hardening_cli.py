@@ -260,12 +260,16 @@ def test_plan_shows_the_last_local_outcome(published):
     never = cells["broken/fp16/default@cpu+ort1.31"]
     assert never["status"] == "build" and never["local"] is None  # never tried here
 
-    table = run("plan", "m.yaml", cwd=published).stdout
-    row = next(line for line in table.splitlines() if "broken/fp32/default@cpu+ort1.31" in line)
-    assert "not published; last build here failed" in row
-    row = next(line for line in table.splitlines() if "tiny/fp16/default@cpu+ort1.31" in line)
-    assert "built here; parity gate failed" in row
-    row = next(line for line in table.splitlines() if "broken/fp16/default@cpu+ort1.31" in line)
+    table = run("plan", "m.yaml", cwd=published).stdout.splitlines()
+
+    def why(address: str) -> list[str]:  # a cell's reasons: one per line, from its row on (issue 22.7)
+        at = next(i for i, line in enumerate(table) if address in line)
+        return [table[at].split(address, 1)[1]] + [line.strip() for line in table[at + 1:at + 3]]
+
+    lines = why("broken/fp32/default@cpu+ort1.31")
+    assert lines[0].rstrip().endswith("not published") and lines[1].startswith("last build here failed"), lines
+    assert "built here; parity gate failed" in why("tiny/fp16/default@cpu+ort1.31")[1]
+    row = next(line for line in table if "broken/fp16/default@cpu+ort1.31" in line)
     assert row.rstrip().endswith("not published")
     markdown = run("plan", "m.yaml", "--markdown", cwd=published).stdout
     assert "last build here failed" in markdown

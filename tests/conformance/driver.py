@@ -95,6 +95,9 @@ class FakeCuda:
         cudaDevAttrComputeCapabilityMajor = 75
         cudaDevAttrComputeCapabilityMinor = 76
 
+    class cudaStreamCaptureMode:  # noqa: N801
+        cudaStreamCaptureModeThreadLocal = 1
+
     def __init__(self) -> None:
         self.host: dict[int, Any] = {}
         self.next = itertools.count(0x7000_0000, 0x1000)
@@ -109,7 +112,8 @@ class FakeCuda:
         if name == "cudaFreeHost":
             self.host.pop(int(args[0]), None)
             return None
-        if name in ("cudaMalloc", "cudaStreamCreate", "cudaEventCreate"):
+        if name in ("cudaMalloc", "cudaStreamCreate", "cudaEventCreate", "cudaStreamEndCapture",
+                    "cudaGraphInstantiate"):
             return next(self.next)
         if name == "cudaDeviceGetAttribute":
             return 8 if args[0] == self.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor else 9
@@ -515,10 +519,19 @@ class Run:
                 out = session.run({"x": np.ones((2, 3, 8, 8), np.float32)})
                 if set(out) != {"y"} or out["y"].shape != (2, 3, 8, 8):
                     self.fail(f"run returned {({k: v.shape for k, v in out.items()})}")
+                fake = _cuda.call
+                before = len(getattr(fake, "calls", ()))
                 timing = session.benchmark({"x": np.ones((2, 3, 8, 8), np.float32)}, warmup=1, iterations=3,
                                            time_budget_s=None)
+                calls = list(getattr(fake, "calls", ()))[before:]
                 if len(timing.compute_ms) != 3:
                     self.fail(f"benchmark timed {len(timing.compute_ms)} iterations, not 3")
+                # the device series replays one captured enqueue (trtexec --useCudaGraph), launched once per run
+                if timing.extra.get("cuda_graph") != "replayed" or timing.clock != "cuda_graph":
+                    self.fail(f"benchmark did not replay a CUDA graph: {timing.clock}, {timing.extra}")
+                elif calls and (calls.count("cudaStreamBeginCapture") != 1 or calls.count("cudaGraphLaunch") != 4):
+                    self.fail(f"CUDA graph captured {calls.count('cudaStreamBeginCapture')} time(s), launched "
+                              f"{calls.count('cudaGraphLaunch')} time(s) (1 and warm-up + iterations = 4 expected)")
                 session.close()
                 self.case("runtime load/run/benchmark/close")
             except Exception as e:  # noqa: BLE001 - any failure is a finding

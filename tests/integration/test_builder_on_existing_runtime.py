@@ -22,7 +22,9 @@ import pytest
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from tests.conftest import make_tiny_model
-from tests.integration.test_third_party_plugin import DIST, INSTALL, _cli, _family, _json, _sha256
+from tests.integration.test_third_party_plugin import DIST, _cli, _family, _json, _sha256
+from tests.integration.test_third_party_plugin import _plugin_on_path as _plugin_on_path  # noqa: F401 (fixture)
+from tests.integration.test_third_party_plugin import plugin_site as plugin_site  # noqa: F401 (fixture)
 from tests.integration.test_third_party_plugin import plugin_version as plugin_version  # noqa: F401 (fixture)
 from trt_orchestrator_plugins.runtimes.onnxruntime import check_onnxruntime
 
@@ -64,10 +66,11 @@ def ort_version() -> str:
 
 
 @pytest.fixture
-def project(tmp_path: Path, plugin_version: str, ort_version: str) -> Path:  # noqa: F811
-    eps = {ep.name: ep.value for ep in metadata.distribution(DIST).entry_points}
+def project(tmp_path: Path, plugin_site: Path, plugin_version: str, ort_version: str) -> Path:  # noqa: F811
+    (dist,) = metadata.distributions(name=DIST, path=[str(plugin_site)])  # the private install (issue 22.6)
+    eps = {ep.name: ep.value for ep in dist.entry_points}
     if eps.get(BUILDER) != "onnx_copy_plugin:tidy_builder":
-        pytest.fail(f"{DIST} {plugin_version} does not register {BUILDER}; reinstall: {INSTALL}", pytrace=False)
+        pytest.fail(f"{DIST} {plugin_version} in {plugin_site} does not register {BUILDER}", pytrace=False)
     (tmp_path / "m.yaml").write_text(MANIFEST.format(ort=_family(ort_version)))
     make_tiny_model(tmp_path / "tiny.onnx")
     return tmp_path

@@ -202,7 +202,7 @@ def test_a_tightened_tolerance_re_gates_fails_and_publishes_nothing_failed(publi
     cells = _plan(published, TOLERANCES=TIGHT)
     regate = {a for a, c in cells.items() if c["status"] == "regate"}
     assert regate == {a for a in cells if "/fp16/" in a} and len(regate) == 3
-    assert all(any(ch.startswith("gate: parity.tolerances.engine.atol") for ch in cells[a]["changes"])
+    assert all(any(ch.startswith("gate.parity.tolerances.fp16.atol") for ch in cells[a]["changes"])
                for a in regate)
     assert {c["status"] for a, c in cells.items() if a not in regate} == {"up-to-date"}
     human = run("plan", "m.yaml", cwd=published)

@@ -423,7 +423,7 @@ def test_old_layout_local_store_reads_and_plans_without_a_rewrite(tmp_path):
 
     # the re-gated record is a second record of that engine; the old one stays readable; the plan is up to date
     new = store.put(_cell_files(cell, tmp_path / "new", gate=True))
-    assert new.metadata["record_key"] == record_key(cell.build_key, cell.gate_key) != cell.build_key
+    assert new.metadata["record_key"] == cell.record_key != cell.build_key  # build key, gate key, model version
     store = local_store(root)
     assert {p.stem for p in (root / "meta").glob("*.json")} == {cell.build_key, new.metadata["record_key"],
                                                                 other.metadata["build_key"]}

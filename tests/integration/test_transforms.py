@@ -286,3 +286,13 @@ def test_fp16_det_keeps_its_out_of_range_variance_in_fp32_end_to_end(demo_models
     assert reference.mean() > 0.05  # the page really has text for the detector
     np.testing.assert_allclose(converted, reference, atol=0.1)
     assert facts["fp32_round_trips_removed"] >= 1
+
+
+@pytest.mark.parametrize("content", [b"name,score\nx,1\n", b"\x89PNG\r\n\x1a\n" + bytes(64)])
+def test_a_file_that_is_no_onnx_model_is_a_build_error_not_a_decode_error(tmp_path, content):
+    """Issue 23.8: the fp16 transform of a text file or a PNG raised protobuf's raw DecodeError (validate refuses
+    such a model first now; a url source is first read at build)."""
+    src = tmp_path / "not-a-model.onnx"
+    src.write_bytes(content)
+    with pytest.raises(BuildError, match="not-a-model.onnx is not a readable ONNX model: DecodeError"):
+        transform(fp16, src, tmp_path / "out.onnx", PrecisionSpec("fp16"))

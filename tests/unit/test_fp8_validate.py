@@ -14,6 +14,7 @@ import pytest
 from orchestrator.core.resolve import ResolveInputs, resolve
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import load_manifest
+from tests.conftest import make_tiny_model
 from trt_orchestrator_plugins.builders.tensorrt_rtx import builder as rtx
 
 MANIFEST = """\
@@ -48,7 +49,7 @@ def _caps(name: str, version: str):
 
 
 def _write(tmp_path: Path, low_name: str, low_ccs: list[str]) -> Path:
-    (tmp_path / "cls.onnx").write_bytes(b"not read by validate or plan")
+    make_tiny_model(tmp_path / "cls.onnx")  # validate reads the model: a real one
     (tmp_path / "calib").mkdir()
     path = tmp_path / "fp8.yaml"
     path.write_text(MANIFEST.replace("LOW_NAME", low_name).replace("LOW_CCS", str(low_ccs).replace("'", '"')))

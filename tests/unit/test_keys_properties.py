@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from orchestrator.core.model import BuilderOptions
 from orchestrator.core.resolve import ResolveInputs, resolve
+from tests.conftest import make_tiny_model
 from tests.unit.core_fixtures import (
     capabilities,
     image_input,
@@ -332,7 +333,7 @@ def test_yaml_key_order_and_set_like_list_order_do_not_change_keys(tmp_path: Pat
     from orchestrator.manifest import load_manifest
 
     for name in ("det", "rec"):
-        (tmp_path / f"{name}.onnx").write_bytes(b"not really onnx: only the digest matters here")
+        make_tiny_model(tmp_path / f"{name}.onnx", seed=len(name))  # validate reads the model: a real one
     (tmp_path / "calib").mkdir(exist_ok=True)
     doc = _yaml_doc(str(tmp_path / "det.onnx"), str(tmp_path / "calib"))
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"

@@ -54,7 +54,7 @@ def test_single_cell_exact_address_nodes_and_deps():
     parity, bench = g.nodes[f"gate:parity:{a}"].key, g.nodes[f"gate:benchmark:{a}"].key
     assert len({cell.build_key, parity, bench, cell.gate_key}) == 4
     assert cell.gate_inputs["build_key"] == cell.build_key
-    assert g.nodes[f"publish:{a}"].key == record_key(cell.build_key, cell.gate_key)
+    assert g.nodes[f"publish:{a}"].key == record_key(cell.build_key, cell.gate_key, "1.0.0") == cell.record_key
     assert g.nodes[f"build:{a}"].address == a
 
 
@@ -124,7 +124,7 @@ def test_native_and_transform_routes_and_via():
                              "preprocess": None}
     assert calib["shapes"] == {"x": [1, 3, 640, 640]} and calib["method"] == "entropy"
     assert calib["calibrator"] == {"name": "transform:int8-qdq", "tools": {"onnxconverter-common": "1.14.0"},
-                                   "for": "int8-qdq"}
+                                   "for": "int8-qdq", "recipe": ""}
     # the transform is keyed by the calibration cache it quantizes from; the calibrate node comes first
     node = g.nodes[int8.calibrate_node]
     assert int8.key_inputs["transform"]["calibration"] == node.key == digest_of(calib)
@@ -142,6 +142,21 @@ def test_native_int8_keys_the_calibration_data():
                                                             "for": "native"}
     assert g.nodes[f"build:{cell.address}"].deps == ("prepare:m@1.0.0", cell.calibrate_node)
     assert g.nodes[cell.calibrate_node].calibrator == "builder:tensorrt"
+
+
+def test_a_builder_that_quantizes_without_data_keys_no_calibration():
+    """Issue 23.22: a builder whose capabilities leave int8 out of ``calibrated`` (dynamic quantization) builds its
+    int8 cells from no calibration data: none in the key, no calibrate node."""
+    def dynamic(builder: str, version: str):
+        caps = capabilities(builder, version)
+        return replace(caps, calibrated=frozenset()) if caps is not None else None
+
+    m = manifest([model("m", precs=("int8",))], [target()])
+    cell = resolve([m], inputs_for(m), dynamic).cell("m/int8/default@sm89+trt10.13")
+    assert (cell.route, cell.key_inputs["calibration"], cell.calibrate_node) == ("native", None, None)
+    # the same builder calibrating int8 (the default) keys its calibration data
+    calibrated = _resolve(manifest([model("m", precs=("int8",), calibration="/data/calib")], [target()]))
+    assert calibrated.cell(cell.address).key_inputs["calibration"] is not None
 
 
 def test_one_calibration_cache_for_every_int8_target_of_a_builder_version():
@@ -322,7 +337,7 @@ def test_key_inputs_exact_for_a_native_fp16_cell():
         "profiles": [{"name": "default",
                       "shapes": {"x": {"min": [1, 3, 320, 320], "opt": [1, 3, 640, 640],
                                        "max": [4, 3, 1280, 1280]}}}],
-        "builder": {"name": "tensorrt", "version": "10.13.3.9"},
+        "builder": {"name": "tensorrt", "version": "10.13.3.9", "recipe": ""},  # no recipes given: ""
         "target": {"compute_capabilities": ["8.9"], "hardware_compatibility": "none", "device": "gpu",
                    "platform": "linux/x86_64"},
         "options": {"optimization_level": None, "tiling_level": None, "workspace_mib": None,

@@ -115,3 +115,41 @@ def test_short_input_never_raises():
 def test_three_part_metadata_version_compares_three_fields():
     header = read_header(synthetic_ftrt((1, 7, 1, 116)).replace(b"ftrt", b"vtrt", 1))
     assert check_header(header, {"builder": {"name": "tensorrt-rtx", "version": "1.7.1"}}) is None
+
+
+# -- issue 27.1: the layout measured on TensorRT-RTX 1.7 plans built here ----------------------------------------
+
+def _rtx17_header(size: int, cc_bits: int, version=(1, 7, 1, 116)) -> bytes:
+    import struct
+
+    data = bytearray(64)
+    data[0:4] = b"vtrt"
+    struct.pack_into("<Q", data, 16, size)
+    data[24:28] = bytes(version)
+    data[28:32] = b"vtrt"
+    struct.pack_into("<Q", data, 32, cc_bits)
+    return bytes(data)
+
+
+def test_measured_layout_reads_rtx17_size_and_compute_capabilities():
+    from trt_orchestrator_plugins._trt.plan_header import measured_layout, read_header
+
+    head = _rtx17_header(8147260, 0x18)
+    layout = measured_layout(read_header(head), head)
+    assert (layout.plan_size, layout.compute_capabilities, layout.why_unknown) == (8147260, ("8.9", "12.0"), None)
+    head = _rtx17_header(1, 0b100001)
+    assert measured_layout(read_header(head), head).compute_capabilities == ("7.5", "12.1")
+
+
+def test_measured_layout_stays_unknown_where_it_was_not_measured():
+    from trt_orchestrator_plugins._trt.plan_header import measured_layout, read_header
+
+    other_release = _rtx17_header(100, 0x4, version=(1, 5, 0, 114))
+    layout = measured_layout(read_header(other_release), other_release)
+    assert layout.compute_capabilities is None and layout.plan_size is None and "1.7" in layout.why_unknown
+    unknown_bits = _rtx17_header(100, 0x40)
+    assert measured_layout(read_header(unknown_bits), unknown_bits).compute_capabilities is None
+    trt = bytearray(_rtx17_header(100, 0x4, version=(10, 13, 3, 9)))
+    trt[0:4] = b"ftrt"
+    layout = measured_layout(read_header(bytes(trt)), bytes(trt))
+    assert layout.compute_capabilities is None and "not documented" in layout.why_unknown

@@ -111,7 +111,8 @@ def render_summary(summary: RunSummary, verb: str, *, failed_gates: int = 0, noi
     """The closing line (plain text: escape it before printing through rich). It never says "ok" when a node
     failed or a gate ran and the engine failed it."""
     c = summary.counts()
-    parts = [f"{c.get(k, 0)} {k}" for k in ("done", "cached", "failed", "skipped", "pending") if c.get(k)]
+    parts = [f"{c.get(k, 0)} {k}" for k in ("done", "cached", "failed", "skipped", "pending", "interrupted")
+             if c.get(k)]
     if summary.interrupted:
         state = "interrupted"
     elif not summary.ok or failed_gates:
@@ -119,6 +120,10 @@ def render_summary(summary: RunSummary, verb: str, *, failed_gates: int = 0, noi
     else:
         state = "ok"
     line = f"{verb} {state}: {', '.join(parts) or 'nothing to do'} in {summary.seconds:.1f}s"
+    if summary.interrupted:
+        kept = c.get("done", 0) + c.get("cached", 0)
+        line += (f"; kept the {kept} finished node(s), nothing partial: the same command resumes from them"
+                 if kept else "; nothing finished, nothing partial kept")
     if failed_gates:
         line += f"; {failed_gates} gate(s) failed"
     if noisy_gates:

@@ -12,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, record_key_of
+from orchestrator.cli.render.report import cpu_text
+from orchestrator.core.fingerprint import RunnerFingerprint
 
 
 def _short(digest: object) -> str:
@@ -113,17 +115,75 @@ def _caches_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def target_text(target: Mapping[str, Any]) -> str:
+    """A record's target as a reader says it: ``cpu: device cpu; linux/x86_64``, ``rtx: CC 8.6, 8.9; ...``."""
+    ccs = [str(c) for c in target.get("compute_capabilities") or ()]
+    parts = [f"CC {', '.join(ccs)}" if ccs else f"device {target.get('device') or '?'}"]
+    if target.get("hardware_compatibility") not in (None, "none"):
+        parts.append(f"hardware-compatible ({target['hardware_compatibility']})")
+    if target.get("version_compatible"):
+        parts.append("version-compatible")
+    if target.get("platform_specific") is False:
+        parts.append("any platform")
+    elif target.get("platform"):
+        parts.append(str(target["platform"]))
+    if target.get("gpu_match") == "sku":
+        parts.append("only on the GPU model it was built on")
+    if target.get("lean_runtime"):
+        parts.append(f"needs the TensorRT {target['lean_runtime']} lean runtime")
+    return f"{target.get('name') or '?'}: " + "; ".join(parts)
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    commit = manifest.get("git_commit")
+    where = str(manifest.get("path") or "?")
+    return f"{where} at git commit {str(commit)[:12]}" if commit else f"{where} (no git commit recorded)"
+
+
+def runner_text(runner: Mapping[str, Any]) -> str:
+    """The runner that built the engine: GPU, platform, runtimes installed (``RunnerFingerprint.describe``)."""
+    try:
+        return RunnerFingerprint.from_json(runner).describe()
+    except (TypeError, ValueError, KeyError, AttributeError):  # registry data of another shape: its GPU names
+        gpus = [str(g.get("name")) for g in runner.get("gpus") or () if isinstance(g, Mapping)]
+        return ", ".join(gpus) or "no GPU"
+
+
+def _gated_on(meta: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """A CPU engine's verdicts hold for the CPU instruction set they were given on: which one, and the target's
+    cpu_match policy (``any``: any CPU of the platform; ``isa``: that ISA only)."""
+    gates = meta.get("gates") or {}
+    cpus = {kind: cpu_text(((gates.get(kind) or {}).get("runner") or {}).get("cpu"))
+            for kind in ("parity", "benchmark") if isinstance(gates.get(kind), Mapping)}
+    found = {k: v for k, v in cpus.items() if v}
+    if not found:
+        return []
+    policy = f"cpu_match: {((gates.get('key_inputs') or {}).get('deploy') or {}).get('cpu_match') or 'any'}"
+    if len(set(found.values())) == 1:
+        return [("gated on", f"{next(iter(found.values()))}; {policy}")]
+    return [(f"{kind} on", f"{text}; {policy}") for kind, text in found.items()]
+
+
 def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[str], str]) -> None:
     gates = meta.get("gates") or {}
+    target = meta.get("target")
+    reused = meta.get("reused_from")
     lines: list[tuple[str, object]] = [
         ("address", meta["address"]), ("model", f"{meta['model']['name']} {meta['model']['version']}"),
         ("engine", f"{meta['engine']['digest']} ({meta['engine']['size']} bytes)"),
         ("builder", f"{meta['builder']['name']} {meta['builder']['version']}"),
-        ("target", meta["target"]), ("record key", record_key_of(meta)), ("build key", meta["build_key"]),
+        ("target", target_text(target) if isinstance(target, Mapping) else target),
+        ("record key", record_key_of(meta)), ("build key", meta["build_key"]),
         ("gate key", gates.get("key") or "(none: published before gate keys)"),
-        ("gates", gates.get("status")), ("runner", meta["runner"].get("gpus") or "no GPU"),
-        ("manifest", meta["manifest"]), ("published", meta.get("published_at"))]
+        ("gates", gates.get("status")),
+        ("runner", runner_text(meta["runner"]) if isinstance(meta.get("runner"), Mapping) else "?"),
+        ("manifest", manifest_text(meta["manifest"]) if isinstance(meta.get("manifest"), Mapping) else "?"),
+        *_gated_on(meta), ("published", meta.get("published_at"))]
+    if isinstance(reused, Mapping):
+        lines.append(("reused", f"the engine and verdicts of version {reused.get('model_version')} (record "
+                                f"{str(reused.get('record_key'))[:12]})"))
     lines += _caches_lines(meta)
+    lines += [("caveat", c) for c in gates.get("caveats") or ()]  # what the verdicts do not show (issue 23.16)
     for label, value in lines:
         console.print(Text.assemble((f"{label:>11}", "bold"), "  ", clean(str(value))), highlight=False)
     for a in meta.get("attachments") or ():

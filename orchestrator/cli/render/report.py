@@ -8,11 +8,12 @@ Input: a list of *cells*, one per built engine (matrix cell), each a plain dict:
       "precision":   "fp16",               # fp32 | fp16 | bf16 | int8 | fp8
       "profile_set": "default",            # profile set name
       "target":      "sm89+trt10.13",      # target slug or name: one column per distinct value
-      "status":      "passed",             # passed | failed | pending | noisy | blocked | skipped | error
+      "status":      "passed",             # passed | failed | pending | noisy | blocked | skipped | error | held
       "parity":      {...} | None,         # ParityVerdict.to_json(), or None when not run
       "benchmark":   {...} | None,         # BenchmarkVerdict.to_json(), or None when not run
       "note":        "built on a CPU runner; needs sm89 to gate",   # optional, shown under the status
       "reasons":     ["build failed: ..."],  # optional: reasons beyond the verdicts' own (build errors, ...)
+      "caveats":     ["fp16 parity was judged on a CPU only ..."],  # optional: what the verdicts do not show
     }
 
 Rows are model × precision × profile set, columns are targets (first-seen order). A cell shows its status
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.atomic import write_bytes_atomic
+from orchestrator.contracts.runtime import DEVICE_CLOCKS
+from orchestrator.gates.verdict import shape_gated_series
 
 STATUS_COLOURS = {
     "passed": ("#1a7f37", "#dafbe1"),
@@ -45,6 +48,7 @@ STATUS_COLOURS = {
     "blocked": ("#57606a", "#eaeef2"),
     "skipped": ("#57606a", "#f6f8fa"),
     "error": ("#8250df", "#fbefff"),
+    "held": ("#cf222e", "#fff8c5"),  # not gated, and held back: the ONNX it was built from failed parity
 }
 _UNKNOWN_COLOUR = ("#57606a", "#f6f8fa")
 
@@ -102,11 +106,13 @@ def parity_by_output(parity: dict | None) -> list[dict]:
 def cell_summary(cell: dict) -> dict:
     """What the grid shows for one cell (pure; used by the HTML, the JSON and the rich table)."""
     shape = _gated_shape(cell.get("benchmark"))
-    series = None
+    series = e2e = None
     samples: list[float] = []
-    if shape:
-        series = shape.get("end_to_end") or shape.get("compute")
-        samples = list(shape.get("end_to_end_samples_ms") or shape.get("compute_samples_ms") or [])
+    gated = shape_gated_series(shape) if shape else None
+    if shape and gated:
+        series = shape.get(gated)
+        samples = list(shape.get(f"{gated}_samples_ms") or [])
+        e2e = shape.get("end_to_end") if gated == "compute" else None  # reported beside the device series
     outputs = parity_by_output(cell.get("parity"))
     worst = max(outputs, key=lambda o: (math.isnan(o["max_abs_error"]), o["max_abs_error"]), default=None)
     bench = cell.get("benchmark") or {}
@@ -122,7 +128,10 @@ def cell_summary(cell: dict) -> dict:
         "status": str(cell.get("status", "pending")),
         "p50_ms": series.get("p50_ms") if series else None,
         "p95_ms": series.get("p95_ms") if series else None,
-        "series": ("end-to-end" if shape and shape.get("end_to_end") else "compute") if shape else None,
+        "series": ("end-to-end" if gated == "end_to_end" else "device" if str(shape.get("clock")) in DEVICE_CLOCKS
+                   else "compute") if shape and gated else None,
+        "end_to_end_p50_ms": e2e.get("p50_ms") if e2e else None,
+        "end_to_end_spread_pct": e2e.get("spread_pct") if e2e else None,
         "shape_label": shape.get("label") if shape else None,
         "worst_output": worst["name"] if worst else None,
         "worst_max_abs": worst["max_abs_error"] if worst else None,
@@ -131,32 +140,65 @@ def cell_summary(cell: dict) -> dict:
         "spread_pct": series.get("spread_pct") if series else None,
         "reasons": reasons,
         "note": note,
+        "caveats": [str(c) for c in cell.get("caveats") or ()],
         "why": note or (reasons[0] if reasons else None),
         "drift": drift,
         "task": task_summary(cell.get("parity")),
+        "task_case": (task_case(cell.get("parity")) or {}).get("label"),
         "device_memory_mib": (_mib(memory.get("device_memory_bytes")) if memory.get("device_memory_bytes")
                                is not None else _mib(shape.get("device_memory_bytes")) if shape else None),
         "memory_shape": memory.get("shape") if memory.get("device_memory_bytes") is not None else None,
         "memory_threshold_mib": memory.get("threshold_mib"),
         "engine_mib": _mib(memory.get("engine_bytes")),
         "soak_growth_mib": soak.get("growth_mib"),
+        "cpu": cpu_text(cell.get("cpu")),
     }
+
+
+def cpu_text(cpu: object) -> str | None:
+    """``AMD EPYC: avx fma avx2 avx512f ...`` for a CPU engine's verdict (the ISA it holds for); None otherwise."""
+    if not isinstance(cpu, dict):
+        return None
+    features = " ".join(str(f) for f in cpu.get("features") or ()) if cpu.get("source") else "ISA unknown"
+    declared = " (declared)" if cpu.get("source") == "ORCHESTRATE_CPU_FEATURES" else ""
+    return f"{cpu.get('model') or 'CPU'}: {features or 'none of the kernel-selecting features'}{declared}"
 
 
 def _mib(value: object) -> float | None:
     return float(value) / 2**20 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _task_margin(task: dict) -> float:
+    """How far a case's task metrics are from failing: the smallest margin to a threshold, relative to the bound
+    (negative: beyond it; NaN: -inf; no threshold checked: +inf)."""
+    worst = math.inf
+    for name, bound in (task.get("thresholds") or {}).items():
+        side, _, metric = str(name).partition("_")
+        value = _num((task.get("metrics") or {}).get(metric))
+        if side not in ("min", "max") or value is None or not isinstance(bound, (int, float)):
+            continue
+        if math.isnan(value):
+            return -math.inf
+        margin = (value - bound) if side == "min" else (bound - value)
+        worst = min(worst, margin / max(abs(float(bound)), 1e-12))
+    return worst
+
+
+def task_case(parity: dict | None) -> dict | None:
+    """The case whose task metrics stand for the verdict: the first whose task failed, else the one nearest to a
+    threshold (the first of equals), else the first with metrics. None: no case has task metrics."""
+    cases = [c for c in (parity or {}).get("cases") or () if ((c.get("task") or {}).get("metrics"))]
+    if not cases:
+        return None
+    failed = [c for c in cases if c["task"].get("status") == "failed"]
+    return failed[0] if failed else min(cases, key=lambda c: _task_margin(c["task"]))
+
+
 def task_summary(parity: dict | None) -> dict[str, float]:
-    """The task metrics of the shown parity verdict (the last case that has them; NaN kept as text)."""
-    out: dict[str, float] = {}
-    for case in (parity or {}).get("cases") or ():
-        task = case.get("task") or {}
-        for k, v in (task.get("metrics") or {}).items():
-            n = _num(v)
-            if n is not None:
-                out[k] = n
-    return out
+    """The task metrics of the shown parity verdict, from its failing or worst case (``task_case``)."""
+    case = task_case(parity)
+    metrics = ((case or {}).get("task") or {}).get("metrics") or {}
+    return {k: n for k, n in ((k, _num(v)) for k, v in metrics.items()) if n is not None}
 
 
 def drift_summary(drift: dict | None) -> dict | None:
@@ -432,7 +474,9 @@ def render_report(cells: Sequence[dict], out_path: str | Path, *, title: str = "
                                         target=target, drift_bars=drift_bars_svg(s["drift"]),
                                         drift_text=drift_text(s["drift"]),
                                         memory=memory_text(s),
-                                        task_text=", ".join(f"{k} {v:.3g}" for k, v in s["task"].items()))
+                                        task_text=(", ".join(f"{k} {v:.3g}" for k, v in s["task"].items())
+                                                   + (f" ({s['task_case']})" if s["task"] and s["task_case"]
+                                                      else "")))
     counts: dict[str, int] = {}
     for s in summaries.values():
         counts[s["status"]] = counts.get(s["status"], 0) + 1
@@ -511,6 +555,8 @@ def summary_table(cells: Iterable[dict]):
         s = cell_summary(cell)
         fg = STATUS_COLOURS.get(s["status"], _UNKNOWN_COLOUR)[0]
         why = "" if s["status"] == "passed" and not s["note"] else (s["why"] or "")
+        if not why and s["caveats"]:
+            why = "caveat: " + s["caveats"][0]
         rows.append((escape(str(cell.get("model", ""))), escape(str(cell.get("precision", ""))),
                      escape(str(cell.get("profile_set", ""))), escape(str(cell.get("target", ""))),
                      f"[{fg}]{escape(s['status'])}[/]", _fmt_ms(s["p50_ms"]), _fmt_ms(s["p95_ms"]),

@@ -117,3 +117,22 @@ def test_images_without_pillow_name_the_extra(tmp_path, monkeypatch):
     with pytest.raises(GateError, match="needs Pillow") as e:
         load_dataset(m, "default", DataSource(path=str(tmp_path), samples=1))
     assert "trt-orchestrator[images]" in e.value.hint
+
+
+def test_random_inputs_are_drawn_in_the_inputs_own_dtype():
+    """Issue 24 (gate overhead): float32 inputs come from numpy's float32 generator, not a float64 draw cast down
+    (twice the bytes drawn, and a copy); fp16 from float32, integers in their own dtype."""
+    import numpy as np
+
+    from orchestrator.gates.inputs import random_tensor
+
+    got = random_tensor((3, 4), "float32", np.random.default_rng(0))
+    assert got.dtype == np.float32
+    assert np.array_equal(got, np.random.default_rng(0).random((3, 4), dtype=np.float32))
+    half = random_tensor((5,), "float16", np.random.default_rng(1))
+    assert half.dtype == np.float16 and np.array_equal(
+        half, np.random.default_rng(1).random(5, dtype=np.float32).astype(np.float16))
+    ints = random_tensor((100,), "uint8", np.random.default_rng(2))
+    assert ints.dtype == np.uint8 and 0 <= ints.min() and ints.max() < 10
+    flags = random_tensor((100,), "bool", np.random.default_rng(3))
+    assert flags.dtype == np.bool_ and 0 < flags.sum() < 100

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper
 from . import fakes
 
 
-def tiny_model(path: Path, *, shape=("N", 3, "H", "W")) -> None:
+def tiny_model(path: Path, *, shape=("N", 3, "H", "W"), output: str = "y") -> None:
     """Identity over one float input: enough for a manifest to point at; its bytes are fixed by onnx's version."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "tiny", [x], [y])
+    y = helper.make_tensor_value_info(output, TensorProto.FLOAT, list(shape))
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], [output])], "tiny", [x], [y])
     model = helper.make_model(graph, producer_name="trt-orchestrator-tests",
                               opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, path)
@@ -32,6 +32,8 @@ def repo_root(tmp_path_factory) -> Path:
     (root / "data" / "calib" / "sample0.npy").write_bytes(b"\x93NUMPY")  # existence is all the loader checks
     tiny_model(root / "models" / "tiny.onnx")
     tiny_model(root / "models" / "scores.onnx", shape=("N", 2))
+    # the demo's orientation classifier stand-in: its `classifier_outputs` names this output
+    tiny_model(root / "models" / "classifier.onnx", output="fetch_name_0")
     return root
 
 

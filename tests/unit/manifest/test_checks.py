@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orchestrator.core.model import (
     GateSettings,
     InputSpec,
@@ -58,3 +60,31 @@ def test_untyped_entries_still_count_as_names_for_references():
     found = check(CheckInput([None], [Target("rtx", "tensorrt-rtx", "1.7.1.116", ("8.9",))], ["det"], ["rtx"],
                              [], [MatrixRule(model="det")]), capabilities=fakes.capabilities, builder_names=())
     assert found == []
+
+
+def _dynamic_int8(name: str, version: str):
+    """A builder that quantizes int8 natively without calibration data (onnxruntime's dynamic quantization, say):
+    its capabilities say so (``calibrated`` leaves int8 out)."""
+    base = fakes.capabilities("onnxruntime", "1.31")
+    return replace(base, native=frozenset({"int8"}), calibrated=frozenset()) if name == "dyn-int8" \
+        else fakes.capabilities(name, version)
+
+
+def test_int8_needs_calibration_data_only_where_a_builder_calibrates_it():
+    """Issue 23.22: the builder's capabilities say which precisions need calibration data."""
+    model = _model(precisions=("fp32", "int8"))
+    dyn = Target("dyn", "dyn-int8", "1.0", (), device="cpu")
+    rtx = Target("rtx", "tensorrt-rtx", "1.7.1.116", ("8.9",))  # int8 by the Q/DQ transform: calibrates
+
+    def run(targets):
+        return check(CheckInput([model], targets, ["det"], [t.name for t in targets], [], []),
+                     capabilities=_dynamic_int8, builder_names=("dyn-int8", *fakes.BUILDER_NAMES))
+
+    assert run([dyn]) == []
+    (f,) = run([dyn, rtx])
+    assert (f.path, f.message) == (("models", 0, "precisions", 1),
+                                   "int8 needs calibration data, and model 'det' has none")
+    # the rtx cell excluded: every int8 cell is quantized without data again
+    assert check(CheckInput([model], [dyn, rtx], ["det"], ["dyn", "rtx"], [],
+                            [MatrixRule(precision="int8", target="rtx")]),
+                 capabilities=_dynamic_int8, builder_names=("dyn-int8", *fakes.BUILDER_NAMES)) == []

