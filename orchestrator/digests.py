@@ -77,18 +77,21 @@ def hash_file(path: str, *, scan_external: bool = False, regular_only: bool = Fa
     ``<(...)``)."""
     h = hashlib.sha256()
     found = False
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
     tail = b""
     fd = os.open(path, os.O_RDONLY | (getattr(os, "O_NONBLOCK", 0) if regular_only else 0))
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
     except OSError:
         os.close(fd)
         raise
+    mode = st.st_mode
     if regular_only and not stat.S_ISREG(mode):
         os.close(fd)
         raise _not_regular(path, mode)
+    # A small file gets a buffer its size (+1: the read that finds the end), not 8 MiB: zeroing 8 MiB took 86 of
+    # the 100 us that hashing a manifest took. A file that grows meanwhile is still read to its end.
+    buf = bytearray(st.st_size + 1 if stat.S_ISREG(mode) and st.st_size < CHUNK else CHUNK)
+    view = memoryview(buf)
     with open(fd, "rb", buffering=0) as f:
         while True:
             n = f.readinto(buf)

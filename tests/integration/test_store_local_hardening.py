@@ -71,14 +71,14 @@ from trt_orchestrator_plugins.stores import _atomic, local
 
 mode = sys.argv[3]
 
-def stop_mid_copy(src_fd, dst_fd, hasher):
-    os.sendfile(dst_fd, src_fd, None, 64 * 1024)  # the temp blob holds part of the engine
+def stop_mid_copy(src_fd, dst_fd, where, size_hint):
+    os.write(dst_fd, os.read(src_fd, 64 * 1024))  # the temp blob holds part of the engine
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     print("copying", flush=True)
     time.sleep(600)  # a publisher still at work
 
-_atomic._kernel_copy = stop_mid_copy
+_atomic._copy = stop_mid_copy
 store = local.LocalStore(RegistryConfig(store="local", path=sys.argv[1]))
 store.put(make_artifact(Path(sys.argv[2]), precision="fp32", size=1024 * 1024))
 """
