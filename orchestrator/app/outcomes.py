@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.app.project import Project
 from orchestrator.core.graph import Cell, Node
+from orchestrator.fastpath import run_window
 from orchestrator.run.executor import read_gate_report, read_result
 
 
@@ -71,10 +72,8 @@ def failed_transform_outputs(project: Project, cache: _NodeCache | None = None) 
 
 # -- the last local outcome of each cell (for `plan`) ---------------------------------------------------------
 
-# The newest run summaries read (``<cache>/runs/*.json``, one per build/gate/publish command), within a byte budget:
-# a cell no recent run touched shows what its node cache says, or nothing.
-_RUNS_READ = 20
-_RUNS_BYTES = 64 << 20
+# The newest run summaries are read (``<cache>/runs/*.json``, one per build/gate/publish command; how many and
+# within what byte budget: ``fastpath.run_window``): a cell no recent run touched shows what its node cache says.
 _NOT_OK = ("failed", "skipped", "interrupted", "pending")
 
 
@@ -143,28 +142,20 @@ class RunRecord:
 
 
 def recent_runs(root: Path) -> list[RunRecord]:
-    """The newest run summaries, newest first; unreadable or foreign files are passed over."""
-    try:
-        entries = [(e.stat().st_mtime, e) for e in os.scandir(root / "runs") if e.name.endswith(".json")
-                   and e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
+    """The newest run summaries, newest first (``fastpath.run_window``: which ones, also for the start-up fast
+    path's check that they did not move); unreadable or foreign files are passed over."""
     runs: list[RunRecord] = []
-    budget = _RUNS_BYTES
-    for mtime, entry in sorted(entries, key=lambda pair: pair[0], reverse=True)[:_RUNS_READ]:
+    for path, _, _, _ in run_window(str(root / "runs")):
         try:
-            size = entry.stat().st_size
-            if size > budget:
-                break
-            budget -= size
-            data = json.loads(Path(entry.path).read_text(encoding="utf-8"))
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            mtime = os.stat(path).st_mtime
         except (OSError, ValueError):
             continue
         nodes = data.get("nodes") if isinstance(data, dict) else None
         if not isinstance(nodes, list):
             continue
         reports = {str(n["node"]): n for n in nodes if isinstance(n, dict) and "node" in n}
-        runs.append(RunRecord(mtime, os.path.relpath(entry.path, root), reports))
+        runs.append(RunRecord(mtime, os.path.relpath(path, root), reports))
     return runs
 
 

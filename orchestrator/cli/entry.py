@@ -1,5 +1,6 @@
-"""Command-line interface: ``orchestrate``. One place (``main``) catches the project's errors and maps them to
-exit codes; each command is a few lines that call an ``orchestrator.app`` verb and render the result.
+"""The commands of ``orchestrate`` (the full path: ``orchestrator.cli.main`` enters here when no saved answer
+serves). One place (``main``) catches the project's errors and maps them to exit codes; each command is a few lines
+that call an ``orchestrator.app`` verb and render the result.
 
 Commands load lazily: ``orchestrate plan`` imports the plan command's module (and what it needs), not the
 report renderer or the registry client. That is click's documented lazy-group pattern: the command table
@@ -14,7 +15,8 @@ import sys
 
 import click
 
-from orchestrator.cli.common import console_err, emit_json_error
+from orchestrator import fastpath
+from orchestrator.cli.common import console_err, emit_json_error, finish_recording, own_process, set_recorder
 from orchestrator.errors import ExitCode, ManifestError, OrchestratorError
 
 # command -> "module:attribute"
@@ -83,9 +85,14 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The one catch site: a command returns an ``ExitCode`` (or None for OK); our errors carry theirs."""
+    """The one catch site: a command returns an ``ExitCode`` (or None for OK); our errors carry theirs. A command
+    the fast path answers (``fastpath.COMMANDS``) is recorded: when it says what it read, its answer is kept."""
+    own_process()
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in fastpath.COMMANDS:
+        set_recorder(fastpath.Recorder(args))
     try:
-        code = cli.main(args=argv, prog_name="orchestrate", standalone_mode=False)
+        code = cli.main(args=args, prog_name="orchestrate", standalone_mode=False)
     except click.exceptions.Abort:
         console_err().print("aborted")
         sys.exit(ExitCode.INTERRUPTED)
@@ -107,4 +114,6 @@ def main(argv: list[str] | None = None) -> None:
         if not emit_json_error(e):
             console_err().print(f"error: {e}", markup=False, highlight=False, emoji=False)
         sys.exit(e.exit_code)
-    sys.exit(int(code) if isinstance(code, int) else ExitCode.OK)
+    code = int(code) if isinstance(code, int) else ExitCode.OK
+    finish_recording(code)
+    sys.exit(code)

@@ -17,10 +17,10 @@ from orchestrator.core import keys
 from orchestrator.core.artifact import IndexEntry
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.keys import MISSING, changed_values
+from orchestrator.core.model import Tolerance
 from orchestrator.core.plan import PlanEntry, plan_against
 from orchestrator.core.resolve import resolve
 from orchestrator.core.tolerances import DEFAULT_TOLERANCES, apply_override
-from orchestrator.core.model import Tolerance
 from tests.unit.core_fixtures import capabilities, inputs_for, manifest, model, ort_target, rtx_target, target
 from tests.unit.test_keys_unchanged import WORLDS
 
