@@ -4,7 +4,8 @@ of the last identical invocation, before click, rich, jsonschema or yaml are imp
 Pure stdlib on purpose: the console script calls ``replay`` first, and the answer costs the interpreter start-up,
 reading one small JSON file and a few hundred ``stat`` calls.
 
-What an answer is kept for (its key, exact): the arguments, the working directory, the environment (every
+What an answer is kept for (its key, exact): the arguments, the working directory, the machine and its boot (host
+name and boot id: a plan may depend on the hardware, e.g. the CPU's instruction set), the environment (every
 variable but the few shells change between two commands: ``_``, ``OLDPWD``, ``SHLVL``, ``PWD``), whether stdout and
 stderr are terminals and the terminal's size, the output encoding, the interpreter and ``sys.path``.
 
@@ -79,9 +80,21 @@ def _terminal(fd: int) -> list[int] | None:
         return None
 
 
+def _host() -> list[str]:
+    """This machine since its last boot: a plan can depend on the hardware it runs on (a ``cpu_match: isa`` target's
+    gate key names this CPU's instruction set), and a cache folder can be carried to another machine (a CI cache,
+    a shared home). Hardware does not change without a reboot, and a reboot gives a new boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return [os.uname().nodename, boot]
+
+
 def invocation(args: list[str]) -> dict[str, Any]:
     """The key an answer is saved under: everything about this process that can change what the command prints."""
-    return {"format": FORMAT, "args": list(args), "cwd": os.getcwd(),
+    return {"format": FORMAT, "args": list(args), "cwd": os.getcwd(), "host": _host(),
             "env": sorted([k, v] for k, v in os.environ.items() if k not in _ENV_IGNORED),
             "terminals": [_terminal(1), _terminal(2)],
             "encoding": [getattr(sys.stdout, "encoding", None), getattr(sys.stderr, "encoding", None)],

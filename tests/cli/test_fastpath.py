@@ -383,3 +383,13 @@ def test_the_tools_package_data_is_witnessed():
     and no module file, so the schema file itself is witnessed."""
     assert str(Path(sys.modules["orchestrator.manifest.schema"].__file__).with_name(SCHEMA_FILE)) in \
         fastpath.module_files()
+
+
+def test_an_answer_is_kept_per_machine_and_boot(monkeypatch):
+    """A plan may depend on the machine (a `cpu_match: isa` target's gate key names this CPU's instruction set) and
+    a cache folder can move to another machine: another host name (or boot) is another key."""
+    key = fastpath.invocation(["plan", "m.yaml"])
+    real = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((real.sysname, real.nodename + "-elsewhere",
+                                                               real.release, real.version, real.machine)))
+    assert fastpath.invocation(["plan", "m.yaml"]) != key
