@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, needs_calibration_data, route_of
-from orchestrator.core.gatekeys import data_inputs
+from orchestrator.core.gatekeys import data_inputs, deploy_part
 from orchestrator.core.graph import Node, OptimizationProfile
 from orchestrator.core.keys import BUILD_KEY_FIELDS, KEY_SCHEMA_VERSION, canonical_json, record_key_template
 from orchestrator.core.model import DataSource, Manifest, Model, PrecisionSpec, Target, cc_slug
@@ -230,8 +230,9 @@ class SharedParts:
     def __init__(self, model_digests: Mapping[str, str], data_digests: Mapping[str, str],
                  tool_versions: Mapping[str, str], recipes: Mapping[str, str], transforms: frozenset[str] | None,
                  transform_problems: Mapping[str, str], plugin_libraries: Mapping[str, str],
-                 capabilities: CapabilitiesFn) -> None:
+                 capabilities: CapabilitiesFn, cpu_isa: list[str] | None = None) -> None:
         self.model_digests = model_digests
+        self.cpu_isa = cpu_isa  # the runner's CPU features: `cpu_match: isa` targets' deploy part names them
         self.data_digests = data_digests
         self.tool_versions = tool_versions
         self.recipes = recipes
@@ -308,7 +309,7 @@ class SharedParts:
         return (target, caps, address_part(target), toolchain, problem, Part.of(builder), Part.of(target_part),
                 Part.of(target.options.to_key(caps.reads_options if caps else None)),
                 Part.of({"builder": target.builder, "version": target.builder_version}),
-                Part.of({"gpu_match": target.gpu_match}))
+                Part.of(deploy_part(target, self.cpu_isa)))
 
     def route(self, col: Column, spec: PrecisionSpec) -> Route:
         # what a route depends on of a spec: its precision and how it asks for it (the other fields are the row's)

@@ -46,6 +46,9 @@ class ResolveInputs:
     # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
     # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
     recipes: Mapping[str, str] = field(default_factory=dict)
+    # this runner's kernel-selecting CPU instruction-set features, for the gate keys of `cpu_match: isa` CPU targets
+    # only (a verdict holds for the ISA it was given on); None: unknown
+    cpu_isa: tuple[str, ...] | None = None
 
 
 def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
@@ -106,7 +109,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
     origin: dict[str, str] = {}
     problems: list[Problem] = []
     parts = SharedParts(inputs.model_digests, inputs.data_digests, inputs.tool_versions, inputs.recipes,
-                        inputs.transforms, inputs.transform_problems, inputs.plugin_libraries, capabilities)
+                        inputs.transforms, inputs.transform_problems, inputs.plugin_libraries, capabilities,
+                        cpu_isa=list(inputs.cpu_isa) if inputs.cpu_isa is not None else None)
     gates = _GateParts(inputs.data_digests)
     scheduled: set[int] = set()  # ids of the combinations whose shared nodes are in ``shared``
 

@@ -365,3 +365,24 @@ def test_keyless_signer_says_why_it_cannot_sign_here():
     if why:
         pytest.skip(f"keyless signing is not available here: {why}")
     assert signer.accepts("https://github.com/org/repo/.github/workflows/engines.yml@refs/heads/main")
+
+
+def test_a_new_model_version_of_the_same_engine_is_signed_too(setup, tmp_path):
+    """Issue 22.1 x 27.2: a version bump publishes a new record of the same engine (no rebuild); that record's
+    statement names the new version and is signed like a first publish, so a pull that requires the signature
+    takes it."""
+    store = tmp_path / "store"
+    shutil.copytree(setup["root"] / "signed", store)
+    shutil.copy(setup["public"], tmp_path / "signer.pub")
+    text = setup["manifests"]["signed"].read_text().replace(str(setup["root"] / "signed"), str(store))
+    bumped = tmp_path / "bumped.yaml"
+    bumped.write_text(text.replace('version: "0.0.11"', 'version: "0.0.12"'))
+    plan, _ = run_json("plan", str(bumped), cache=setup["cache"])
+    (cell,) = plan["cells"]
+    assert cell["status"] == "publish", cell
+    orchestrate("publish", str(bumped), cache=setup["cache"], env_extra=setup["env"])
+    out = tmp_path / "engine.onnx"
+    data, _ = _pull({**setup, "root": tmp_path}, str(store), "--version", "0.0.12", "--require-signature",
+                    str(setup["public"]), out=out)
+    assert data["metadata"]["model"]["version"] == "0.0.12" and data["signature"]["verified"] is True
+    assert data["signature"]["digest"] == data["digest"]
