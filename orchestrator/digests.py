@@ -20,7 +20,7 @@ import json
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
@@ -251,6 +251,9 @@ class DigestCache:
     entries: dict
     dirty: bool = False
     rehashed: int = 0  # how many files were actually read (benchmarks and tests look at this)
+    # every file whose digest was asked for and every data folder walked: what a digest depends on (the start-up
+    # fast path witnesses them, ``orchestrator.fastpath``)
+    touched: set[str] = field(default_factory=set)
 
     @classmethod
     def open(cls, path: Path | None) -> DigestCache:
@@ -264,6 +267,7 @@ class DigestCache:
         return cls(path, entries if isinstance(entries, dict) else {})
 
     def _file_digest(self, path: str, scan_external: bool) -> tuple[str, bool]:
+        self.touched.add(path)
         key = _stat_key(path)
         entry = self.entries.get(path)
         if isinstance(entry, dict) and entry.get("stat") == key and (not scan_external or "maybe_external" in entry):
@@ -281,9 +285,11 @@ class DigestCache:
         """A file, or a folder (digest over sorted relative names and their file digests). Only regular files
         are read: anything else (a FIFO, a device) is a ``BuildError`` naming it."""
         try:
+            self.touched.add(path)
             if os.path.isdir(path):
                 parts = []
                 for root, _, files in sorted(os.walk(path)):
+                    self.touched.add(root)
                     for name in sorted(files):
                         full = os.path.join(root, name)
                         try:

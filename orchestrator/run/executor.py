@@ -84,8 +84,16 @@ class Workspace:
     root: Path
 
     def node_dir(self, node: Node, salt: str = "") -> Path:
+        return self.kind_dir(node.kind) / self.node_name(node, salt)
+
+    def kind_dir(self, kind: str) -> Path:
+        """The folder of every node of one kind."""
+        return self.root / "nodes" / _DIR_OF_KIND[kind]
+
+    def node_name(self, node: Node, salt: str = "") -> str:
+        """The last part of ``node_dir``: its name in the folder of its kind's nodes."""
         key = node.key if not salt else hashlib.sha256(f"{node.key}\0{salt}".encode()).hexdigest()
-        return self.root / "nodes" / _DIR_OF_KIND[node.kind] / _key_part(key)
+        return _key_part(key)
 
     @property
     def tmp(self) -> Path:

@@ -425,15 +425,16 @@ class LocalStore:
         exist is an empty index whose ``note`` says so."""
         if not self.root.exists():
             return LocalIndex(None, note=f"the local store {self.root} does not exist yet: it is created by the "
-                                         "first `orchestrate publish`")
+                                         "first `orchestrate publish`", witness=self._witness)
         if not self.root.is_dir():
             self.require_existing()
         raw = self._read_index_bytes()
         if raw is None and not self.meta_dir.is_dir():
-            return LocalIndex(None, verify=self._verify)  # no record yet: reading never creates anything
+            # no record yet: reading never creates anything
+            return LocalIndex(None, verify=self._verify, witness=self._witness)
         current = parse_index(raw)
         if current is not None and self._consistent(current):
-            return LocalIndex(raw, current, verify=self._verify)
+            return LocalIndex(raw, current, verify=self._verify, witness=self._witness)
         try:
             with self._lock():
                 index = self._load_index_locked()
@@ -441,7 +442,21 @@ class LocalStore:
         except (OSError, DestinationError):  # read-only store, or the lock cannot be taken: repair in memory
             index = self._rebuild(current if current is not None else salvage(raw))
             raw = json.dumps(index, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        return LocalIndex(raw, index, verify=self._verify)
+        return LocalIndex(raw, index, verify=self._verify, witness=self._witness)
+
+    def _witness(self, index: dict) -> tuple[str, ...]:
+        """What ``index()`` read (``contracts.store.StateWitness``): the store folder, its index, the records'
+        folder (records added or removed), each address's newest record and engine (``_verify`` reads them),
+        each damaged record (``_consistent`` reads it). Temp files and the lock are not state."""
+        paths = [self.root, self.index_path, self.meta_dir, self.blobs]
+        try:
+            for entry in index.get("latest", {}).values():
+                paths.append(self._meta_path(entry.get("record_key") or entry["build_key"]))
+                paths.append(self.blob_path(entry["digest"]))
+            paths.extend(self._meta_path(key) for key in index.get("damaged", {}))
+        except (KeyError, TypeError, ValueError, StoreError):
+            return ()  # an entry this cannot name a file of: witness nothing (every plan reads the store)
+        return tuple(str(p) for p in paths)
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
         """The engine of the newest sound record with this engine digest (a re-gated engine has several)."""
