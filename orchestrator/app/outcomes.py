@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.app.project import Project
 from orchestrator.core.graph import Cell, Node
 from orchestrator.fastpath import run_window
-from orchestrator.run.executor import read_gate_report, read_result
+from orchestrator.run.workspace import read_gate_report, read_result
 
 
 def gate_reports(project: Project, cell: Cell, cache: _NodeCache | None = None

@@ -17,7 +17,7 @@ from orchestrator.core.resolve import CapabilitiesFn, ResolveInputs, resolve
 from orchestrator.digests import DigestCache, hash_file
 from orchestrator.errors import UsageError
 from orchestrator.manifest import load_manifests as load_manifest_files
-from orchestrator.run.executor import Workspace
+from orchestrator.run.workspace import Workspace
 
 
 def default_workspace(cache_dir: str | os.PathLike[str] | None = None) -> Workspace:

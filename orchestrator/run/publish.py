@@ -28,8 +28,9 @@ from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.core.query import select
 from orchestrator.errors import PlanError
 from orchestrator.metadata import engine_file, new_metadata, utc_now
-from orchestrator.run.executor import StepOutcome, StepTask, read_gate_report
+from orchestrator.run.executor import StepOutcome, StepTask
 from orchestrator.run.signing import attach_referrer, sign_statement
+from orchestrator.run.workspace import read_gate_report
 
 
 @dataclass(frozen=True)
