@@ -72,7 +72,8 @@ _API = {
 __all__ = [
     "load_project", "Project", "plan", "build", "gate", "publish", "pull", "PullResult", "pull_all", "PullAllResult",
     "PulledEngine", "export_triton", "TritonExport", "TritonModel", "ExportedFile", "resolve_serving",
-    "ServingStack", "report_cells", "diagnose", "RegistryConfig", "RegistryRef", "__version__",
+    "ServingStack", "upgrade_check", "UpgradeReport", "rehearse", "report_cells", "diagnose", "RegistryConfig",
+    "RegistryRef", "__version__",
 ]
 
 

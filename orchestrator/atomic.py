@@ -119,9 +119,14 @@ def write_chunks_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> str
     return "sha256:" + digest.hexdigest()
 
 
+def json_bytes(data, *, indent: int | None = 2, sort_keys: bool = False) -> bytes:
+    """The bytes :func:`write_json_atomic` writes for ``data`` (compact when ``indent`` is None)."""
+    separators = (",", ":") if indent is None else None
+    return (json.dumps(data, indent=indent, sort_keys=sort_keys, separators=separators) + "\n").encode()
+
+
 def write_json_atomic(path: str | os.PathLike, data, *, indent: int | None = 2, sort_keys: bool = False) -> bytes:
     """Returns the bytes written (stores hash them for their state tokens)."""
-    separators = (",", ":") if indent is None else None
-    raw = (json.dumps(data, indent=indent, sort_keys=sort_keys, separators=separators) + "\n").encode()
+    raw = json_bytes(data, indent=indent, sort_keys=sort_keys)
     write_bytes_atomic(path, raw)
     return raw

@@ -24,6 +24,21 @@ from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 
+# GNU readline, which pytest imports, exports COLUMNS=80 and LINES=24 into the C environment (not os.environ) on
+# initialisation, so every CLI run in a subprocess would render tables 80 columns wide; a user's piped command
+# sees neither variable (bash does not export them). Tests that want a width pass COLUMNS themselves.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+    os.unsetenv(_var)
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size() -> None:
+    """readline may initialise again mid-run (pdb, an interactive helper): keep its size out of the CLI runs."""
+    for var in ("COLUMNS", "LINES"):
+        if var not in os.environ:
+            os.unsetenv(var)
+
 
 @pytest.fixture(scope="session")
 def demo_models() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from orchestrator import plugins
-from orchestrator.app.ci_checks import CIWarning, checkout_warnings, default_tool_spec, git_origin
+from orchestrator.app.ci_checks import CIWarning, checkout_warnings, default_tool_spec, git_origin, tool_spec_warnings
 from orchestrator.app.pipeline import plan as plan_project
 from orchestrator.app.project import Project, display_path, load_manifests
 from orchestrator.app.sources import lfs_tracked
@@ -77,9 +77,12 @@ def workflow(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root:
             raise CIError(f"manifest {str(f)!r} is outside the repository {str(root)!r}",
                           hint="the workflow checks the repository out: keep manifests inside it") from e
     manifests = load_manifests([str(f) for f in files], capabilities=every_builder_capable)
-    rendered = emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative,
-                              **workflow_context(manifests, root), **options)
-    return Workflow(files=rendered, warnings=tuple(checkout_warnings(manifests, root)))
+    context = workflow_context(manifests, root)
+    rendered = emitter.render(workflow_plan(manifests, max_shards=emitter.max_shards), relative, **context,
+                              **options)
+    warnings = [*tool_spec_warnings(options.get("tool_spec"), context["default_tool_spec"], root),
+                *checkout_warnings(manifests, root)]
+    return Workflow(files=rendered, warnings=tuple(warnings))
 
 
 def workflow_files(emitter_name: str, manifest_paths: Sequence[str | Path], repo_root: str | Path,
@@ -117,7 +120,9 @@ def plan_workflow(emitter_name: str, project: Project, repo_root: str | Path = "
     }
     context.update({k: v for k, v in options.items() if v is not None})
     files = emitter.render(the_plan, [display_path(m.file) for m in manifests], **context)
-    return Workflow(files=files, warnings=tuple(checkout_warnings(manifests, repo_root)))
+    warnings = [*tool_spec_warnings(options.get("tool_spec"), context["default_tool_spec"], repo_root),
+                *checkout_warnings(manifests, repo_root)]
+    return Workflow(files=files, warnings=tuple(warnings))
 
 
 def plan_files(emitter_name: str, project: Project, **options: Any) -> dict[str, str]:

@@ -56,6 +56,19 @@ def default_tool_spec(manifests: Sequence[Manifest]) -> str:
     return f".[{','.join(sorted(extras))}]"
 
 
+def tool_spec_warnings(spec: str | None, default: str, root: str | os.PathLike[str]) -> list[CIWarning]:
+    """The default spec installs the checkout itself (``.[extras]``): right in trt-orchestrator's own repository (or
+    a fork), a failing first step in a repository that only uses the tool. Said at generation, not on the runner."""
+    top = Path(root).resolve()
+    if spec is not None or (top / "pyproject.toml").is_file() or (top / "setup.py").is_file():
+        return []
+    return [CIWarning(display_path(str(top)),
+                      f"the jobs would install {default!r} (this repository), but it has no pyproject.toml: their "
+                      "first step would fail",
+                      "pin the tool the jobs install: --tool-spec 'trt-orchestrator[ort,oci]==VERSION' (an index "
+                      "that has it) or 'trt-orchestrator[ort,oci] @ git+https://…@TAG' (docs/ci.md)")]
+
+
 def _git(args: Sequence[str], root: Path) -> subprocess.CompletedProcess[bytes] | None:
     if shutil.which("git") is None:
         return None

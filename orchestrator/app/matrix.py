@@ -26,7 +26,7 @@ from orchestrator.core.artifact import gate_status
 from orchestrator.core.gpu_parity import parity_caveat, parity_device
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.query import select
-from orchestrator.run.executor import read_result
+from orchestrator.run.workspace import read_result
 
 Report = dict[str, Any]
 Outcome = dict[str, Any]

@@ -14,14 +14,21 @@ from typing import Any
 
 from orchestrator.app.project import Project
 from orchestrator.core.graph import Cell, Node
-from orchestrator.run.executor import read_gate_report, read_result
+from orchestrator.fastpath import run_window
+from orchestrator.run.workspace import read_gate_report, read_result
 
 
-def gate_reports(project: Project, cell: Cell) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The parity and benchmark reports on disk for a cell (None where not gated here)."""
+def gate_reports(project: Project, cell: Cell, cache: _NodeCache | None = None
+                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The parity and benchmark reports on disk for a cell (None where not gated here); ``cache``: the node
+    folders already listed (`plan` asks for every cell)."""
     out = []
     for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
-        node = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
+        node = project.graph.node(f"gate:{kind}:{cell.address}")
+        if cache is not None:
+            found = cache.result(node)
+            out.append(read_gate_report(found[1], name) if found else None)
+            continue
         d = project.workspace.node_dir(node) if node else None
         out.append(read_gate_report(d, name) if d and read_result(d) is not None else None)
     return out[0], out[1]
@@ -36,7 +43,7 @@ def gate_errors(project: Project, runs: list[RunRecord] | None = None) -> dict[s
         if cell.blocked:
             continue
         for kind in ("parity", "benchmark"):
-            node = project.graph.nodes.get(f"gate:{kind}:{cell.address}")
+            node = project.graph.node(f"gate:{kind}:{cell.address}")
             if node is None or read_result(project.workspace.node_dir(node)) is not None:
                 continue
             last = next((r for r in (run.reports.get(node.id) for run in runs)
@@ -47,14 +54,16 @@ def gate_errors(project: Project, runs: list[RunRecord] | None = None) -> dict[s
     return errors
 
 
-def failed_transform_outputs(project: Project) -> dict[str, str]:
+def failed_transform_outputs(project: Project, cache: _NodeCache | None = None) -> dict[str, str]:
     """Transform node -> why its output is known bad: a cell built from it failed parity here (the same ONNX
     every other cell of that transform was built from, so "ungated" must not cover those)."""
     failed: dict[str, str] = {}
+    if cache is not None and not cache.listed("gate:parity")[1]:
+        return failed  # no parity gate ran here
     for cell in project.graph.cells:
         if not cell.transform_node or cell.transform_node in failed or cell.blocked:
             continue
-        parity, _ = gate_reports(project, cell)
+        parity, _ = gate_reports(project, cell, cache)
         if parity is not None and parity.get("status") == "failed":
             failed[cell.transform_node] = (f"the {cell.precision.name} ONNX it was built from failed parity on "
                                            f"{cell.address}")
@@ -63,10 +72,8 @@ def failed_transform_outputs(project: Project) -> dict[str, str]:
 
 # -- the last local outcome of each cell (for `plan`) ---------------------------------------------------------
 
-# The newest run summaries read (``<cache>/runs/*.json``, one per build/gate/publish command), within a byte budget:
-# a cell no recent run touched shows what its node cache says, or nothing.
-_RUNS_READ = 20
-_RUNS_BYTES = 64 << 20
+# The newest run summaries are read (``<cache>/runs/*.json``, one per build/gate/publish command; how many and
+# within what byte budget: ``fastpath.run_window``): a cell no recent run touched shows what its node cache says.
 _NOT_OK = ("failed", "skipped", "interrupted", "pending")
 
 
@@ -135,28 +142,20 @@ class RunRecord:
 
 
 def recent_runs(root: Path) -> list[RunRecord]:
-    """The newest run summaries, newest first; unreadable or foreign files are passed over."""
-    try:
-        entries = [(e.stat().st_mtime, e) for e in os.scandir(root / "runs") if e.name.endswith(".json")
-                   and e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
+    """The newest run summaries, newest first (``fastpath.run_window``: which ones, also for the start-up fast
+    path's check that they did not move); unreadable or foreign files are passed over."""
     runs: list[RunRecord] = []
-    budget = _RUNS_BYTES
-    for mtime, entry in sorted(entries, key=lambda pair: pair[0], reverse=True)[:_RUNS_READ]:
+    for path, _, _, _ in run_window(str(root / "runs")):
         try:
-            size = entry.stat().st_size
-            if size > budget:
-                break
-            budget -= size
-            data = json.loads(Path(entry.path).read_text(encoding="utf-8"))
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            mtime = os.stat(path).st_mtime
         except (OSError, ValueError):
             continue
         nodes = data.get("nodes") if isinstance(data, dict) else None
         if not isinstance(nodes, list):
             continue
         reports = {str(n["node"]): n for n in nodes if isinstance(n, dict) and "node" in n}
-        runs.append(RunRecord(mtime, os.path.relpath(entry.path, root), reports))
+        runs.append(RunRecord(mtime, os.path.relpath(path, root), reports))
     return runs
 
 
@@ -165,19 +164,28 @@ class _NodeCache:
 
     def __init__(self, project: Project) -> None:
         self.workspace = project.workspace
-        self.listings: dict[Path, set[str]] = {}
+        self.listings: dict[str, tuple[Path, set[str]]] = {}  # node kind -> its folder and the names in it
+
+    def listed(self, kind: str) -> tuple[Path, set[str]]:
+        found = self.listings.get(kind)
+        if found is None:
+            folder = self.workspace.kind_dir(kind)
+            try:
+                found = self.listings[kind] = (folder, set(os.listdir(folder)))
+            except OSError:
+                found = self.listings[kind] = (folder, set())
+        return found
 
     def result(self, node: Node | None) -> tuple[dict[str, Any], Path, float] | None:
         if node is None:
             return None
-        path = self.workspace.node_dir(node)
-        if path.parent not in self.listings:
-            try:
-                self.listings[path.parent] = set(os.listdir(path.parent))
-            except OSError:
-                self.listings[path.parent] = set()
-        if path.name not in self.listings[path.parent]:
+        listed = self.listed(node.kind)
+        if not listed[1]:
             return None
+        name = self.workspace.node_name(node)
+        if name not in listed[1]:
+            return None
+        path = listed[0] / name
         result = read_result(path)
         if result is None:
             return None
@@ -189,14 +197,15 @@ class _NodeCache:
 
 
 def _from_cache(project: Project, cell: Cell, cache: _NodeCache) -> tuple[LocalOutcome | None, float]:
-    nodes = project.graph.nodes
-    built = cache.result(nodes.get(f"build:{cell.address}"))
+    if not cache.listed("build")[1]:
+        return None, 0.0  # nothing was built here (the cell's nodes need not be made to tell)
+    built = cache.result(project.graph.node(f"build:{cell.address}"))
     if built is None:
         return None, 0.0
     newest = built[2]
     gates = []
     for kind, name in (("parity", "parity.json"), ("benchmark", "benchmark.json")):
-        node = nodes.get(f"gate:{kind}:{cell.address}")
+        node = project.graph.node(f"gate:{kind}:{cell.address}")
         if node is None:
             continue
         found = cache.result(node)
@@ -220,7 +229,9 @@ def _from_runs(project: Project, cell: Cell, runs: list[RunRecord]) -> tuple[Loc
     """The newest run that named one of the cell's nodes: its first step that did not succeed, if any."""
     ids = [f"build:{cell.address}", f"gate:parity:{cell.address}", f"gate:benchmark:{cell.address}",
            f"publish:{cell.address}"]
-    keys = {i: project.graph.nodes[i].key for i in ids if i in project.graph.nodes}
+    if not any(i in run.reports for run in runs for i in ids):
+        return None, 0.0  # no recent run names the cell
+    keys = {i: node.key for i in ids if (node := project.graph.node(i)) is not None}
     for run in runs:
         # summaries that record node keys: a report about other inputs of this address (another build key, other
         # gate settings) is not this cell's
@@ -250,7 +261,7 @@ def local_outcomes(project: Project) -> dict[str, LocalOutcome | None]:
     summaries under the cache dir; blocked cells are left out (they never run)."""
     cache = _NodeCache(project)
     runs = recent_runs(project.workspace.root)
-    failed_inputs = failed_transform_outputs(project)
+    failed_inputs = failed_transform_outputs(project, cache)
     out: dict[str, LocalOutcome | None] = {}
     for cell in project.graph.cells:
         if cell.blocked:

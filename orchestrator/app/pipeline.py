@@ -36,16 +36,10 @@ from orchestrator.core.graph import BuildGraph, Cell, Node
 from orchestrator.core.plan import CHANGED, RUNNER_WORK, Plan, model_digests, plan_against
 from orchestrator.errors import ExitCode, OrchestratorError, PlanError, PluginError, RunnerMismatchError, UsageError
 from orchestrator.run.build import BuildPayload, step_build
-from orchestrator.run.executor import (
-    EventFn,
-    Executor,
-    NodeReport,
-    RunSummary,
-    StepOutcome,
-    read_result,
-)
+from orchestrator.run.executor import EventFn, Executor, NodeReport, RunSummary, StepOutcome
 from orchestrator.run.prepare import CalibratePayload, ModelPayload, step_calibrate, step_prepare, step_transform
 from orchestrator.run.publish import PublishPayload, step_publish
+from orchestrator.run.workspace import read_result
 
 Prepared = tuple[object, StepOutcome | None]
 

@@ -17,7 +17,7 @@ from orchestrator.core.resolve import CapabilitiesFn, ResolveInputs, resolve
 from orchestrator.digests import DigestCache, hash_file
 from orchestrator.errors import UsageError
 from orchestrator.manifest import load_manifests as load_manifest_files
-from orchestrator.run.executor import Workspace
+from orchestrator.run.workspace import Workspace
 
 
 def default_workspace(cache_dir: str | os.PathLike[str] | None = None) -> Workspace:
@@ -31,6 +31,9 @@ class Project:
     graph: BuildGraph
     workspace: Workspace
     manifest_digests: dict[str, str]
+    # every other path loading it read or looked for (model files and their external data, data files and
+    # folders, data paths that are absent): what the start-up fast path witnesses (``orchestrator.fastpath``)
+    inputs: tuple[str, ...] = ()
 
     @property
     def models(self) -> dict[str, Model]:
@@ -88,16 +91,19 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
     cache = DigestCache.open(ws.root / "digests.json")
     model_digests = {}
     data_digests = {}
+    probed: set[str] = set()
     for man in manifests:
         for model in man.models:
             model_digests[model.source.path] = sources.model_digest(model, cache)
             # calibration data reaches build keys, parity data gate keys: both by content, never by path
             for data in (model.calibration, model.gate.parity.data):
                 for path in (data.path, data.labels) if data else ():
+                    probed.add(path or "")
                     if path and path not in data_digests and os.path.exists(path):
                         data_digests[path] = cache.data_digest(path)
         for _, gate in (*man.cell_gates, *man.rule_gates):  # a target's or a matrix rule's parity data (and labels)
             for path in (gate.parity.data.path, gate.parity.data.labels):
+                probed.add(path or "")
                 if path and path not in data_digests and os.path.exists(path):
                     data_digests[path] = cache.data_digest(path)
     # refittable targets plan ``~ refit`` from each model's graph and initializer digests (core.weights)
@@ -114,7 +120,7 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
                                              cpu_isa=_cpu_isa(manifests)),
                     caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
-    return Project(manifests, graph, ws, digests)
+    return Project(manifests, graph, ws, digests, tuple(sorted((probed - {""}) | cache.touched)))
 
 
 def _cpu_isa(manifests: Sequence[Manifest]) -> tuple[str, ...] | None:

@@ -14,11 +14,13 @@ from orchestrator.app import pipeline
 from orchestrator.app.doctor import diagnose
 from orchestrator.app.project import Project, load_project
 from orchestrator.atomic import write_json_atomic
+from orchestrator.cli.answers import remember
 from orchestrator.cli.common import (
     cache_option,
     console,
     console_err,
     json_option,
+    long_lived,
     manifests_argument,
     print_json,
     require_manifests,
@@ -26,6 +28,7 @@ from orchestrator.cli.common import (
 from orchestrator.cli.plan_cmds import read_plan_file
 from orchestrator.cli.render.doctor import render_doctor
 from orchestrator.cli.render.progress import ProgressView, render_summary
+from orchestrator.contracts.store import IndexReader
 from orchestrator.core.plan import Plan
 from orchestrator.errors import ExitCode
 from orchestrator.run.executor import RunSummary
@@ -35,13 +38,23 @@ _jobs = click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
 
 
 def load(manifests: tuple[str, ...], plan_file: str | None, cache_dir: str | None) -> tuple[Project, Plan]:
+    project, the_plan, _ = load_planned(manifests, plan_file, cache_dir)
+    return project, the_plan
+
+
+def load_planned(manifests: tuple[str, ...], plan_file: str | None, cache_dir: str | None
+                 ) -> tuple[Project, Plan, IndexReader | None]:
+    """The project and its plan: the saved one (checked current), or planned now against the registry's index
+    (returned too; None for a saved plan)."""
     paths = require_manifests(manifests, plan_file)
-    project = load_project(paths, cache_dir=cache_dir)
-    if plan_file:
-        saved = read_plan_file(plan_file)
-        pipeline.check_plan_current(project, saved)
-        return project, saved
-    return project, pipeline.plan(project)
+    with long_lived():
+        project = load_project(paths, cache_dir=cache_dir)
+        if plan_file:
+            saved = read_plan_file(plan_file)
+            pipeline.check_plan_current(project, saved)
+            return project, saved, None
+        index = pipeline.registry_index(project)
+        return project, pipeline.plan(project, index), index
 
 
 def run_record(summary: RunSummary, project: Project) -> dict:
@@ -100,7 +113,7 @@ def finish(summary: RunSummary, verb: str, as_json: bool, project: Project, fail
 @cache_option
 def build(manifests, plan_file, shard, only, jobs, keep_going, quiet, as_json, cache_dir):
     """Build the engines the plan calls for (resumable: finished nodes are never redone)."""
-    project, the_plan = load(manifests, plan_file, cache_dir)
+    project, the_plan, index = load_planned(manifests, plan_file, cache_dir)
     total = len(pipeline.build_scope(project, the_plan, shard=shard, only=only))
     fingerprint = plugins.fingerprint() if (total or shard) else None
     if shard and fingerprint is not None:
@@ -108,7 +121,12 @@ def build(manifests, plan_file, shard, only, jobs, keep_going, quiet, as_json, c
     with ProgressView(total, "build", quiet=quiet or as_json) as view:
         summary = pipeline.build(project, the_plan, shard=shard, only=only, jobs=jobs, keep_going=keep_going,
                                  fingerprint=fingerprint, on_event=view.event)
-    return finish(summary, "build", as_json, project)
+    code = finish(summary, "build", as_json, project)
+    if index is not None and not total and not shard and not only and code == ExitCode.OK and not summary.reports:
+        # nothing to do: while nothing it read moves, the same command is answered without loading anything
+        remember(project, index, outcomes=False,
+                 record={"verb": "build", "data": run_record(summary, project), "json": bool(as_json)})
+    return code
 
 
 @click.command()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
 import click
 from rich.console import Console
 
+from orchestrator import fastpath
 from orchestrator.errors import ManifestError, NoCompatibleEngineError, OrchestratorError
 
 _JSON_MODE = {"on": False}
@@ -30,6 +34,48 @@ def console() -> Console:
 @cache
 def console_err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+
+
+_PROCESS: dict[str, Any] = {"owned": False, "recorder": None}  # owned: ``orchestrator.cli.main`` is the entry
+
+
+def own_process() -> None:
+    _PROCESS["owned"] = True
+
+
+def set_recorder(recorder: fastpath.Recorder) -> None:
+    _PROCESS["recorder"] = recorder
+
+
+def recording() -> fastpath.Recorder | None:
+    """The recorder of a command the fast path may answer next time (None: not recording)."""
+    recorder: fastpath.Recorder | None = _PROCESS["recorder"]
+    return recorder
+
+
+def finish_recording(exit_code: int) -> None:
+    recorder = recording()
+    if recorder is not None:
+        _PROCESS["recorder"] = None
+        recorder.finish(exit_code)
+
+
+@contextmanager
+def long_lived() -> Iterator[None]:
+    """For what a command makes once and keeps until it exits (the project, its graph, the plan): CPython's cyclic
+    GC is paused while it is made, and in the ``orchestrate`` process those objects are then moved out of its reach
+    (``gc.freeze``). They hold no reference cycles, yet every full collection would walk all of them again: at a
+    million cells that cost more than resolving them (bench/NOTES.md, "Plan at scale"). An in-process caller (a
+    test's CliRunner) keeps its own GC state: there the pause ends and nothing is frozen."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if _PROCESS["owned"]:
+            gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def set_json_mode(on: bool) -> None:

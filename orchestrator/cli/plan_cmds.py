@@ -19,7 +19,8 @@ from orchestrator.app.explain import explain as explain_cell
 from orchestrator.app.pipeline import LocalOutcome
 from orchestrator.app.project import load_manifests, load_project
 from orchestrator.atomic import write_json_atomic
-from orchestrator.cli.common import cache_option, console, json_option, manifests_argument, print_json
+from orchestrator.cli.answers import remember
+from orchestrator.cli.common import cache_option, console, json_option, long_lived, manifests_argument, print_json
 from orchestrator.cli.render.graph import render
 from orchestrator.core.plan import SYMBOL, Plan, PlanEntry, plan_from_json
 from orchestrator.core.serving import resolve_serving
@@ -191,9 +192,11 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
     """Show what would be built, what is up to date, and why the rest must be rebuilt."""
     if not manifests:
         raise click.UsageError("give at least one MANIFEST")
-    project = load_project(manifests, cache_dir=cache_dir)
-    the_plan = pipeline.plan(project, max_cells_per_shard=max_cells_per_shard)
-    local = pipeline.local_outcomes(project)
+    with long_lived():
+        project = load_project(manifests, cache_dir=cache_dir)
+        index = pipeline.registry_index(project)
+        the_plan = pipeline.plan(project, index, max_cells_per_shard=max_cells_per_shard)
+        local = pipeline.local_outcomes(project)
     if out:
         write_json_atomic(out, plan_json(the_plan, local))
     serving = serving_rows(project)
@@ -214,6 +217,8 @@ def plan(manifests, as_json, out, detailed_exitcode, markdown, max_cells_per_sha
         console().print(f"\n[bold]{the_plan.summary()}[/]")
         if out:
             console().print(Text(f"saved to {one_line(out)} ({len(the_plan.shards)} shard(s))"))
+    if not out:  # a saved plan file is a side effect the fast path does not repeat
+        remember(project, index, outcomes=True)
     if detailed_exitcode and the_plan.has_changes:
         return ExitCode.CHANGES
     return ExitCode.OK

@@ -54,6 +54,18 @@ class RecordKeyIndex(Protocol):
         ...
 
 
+@runtime_checkable
+class StateWitness(Protocol):
+    """An index whose whole state lives in local files. ``orchestrate`` keeps a plan's answer for as long as none
+    of them moves (the start-up fast path, ``orchestrator.fastpath``: their stat, or their absence, is checked
+    before anything is imported); an index without it (a remote registry) is read on every plan."""
+
+    def witness(self) -> tuple[str, ...]:
+        """Every path whose stat moves when what the index says could move (``latest_by_address``,
+        ``record_digests``, ``note``): its files, each record it reads, folders whose entries it lists."""
+        ...
+
+
 @dataclass(frozen=True)
 class EmptyIndex:
     """No registry yet: every cell plans as ``+ build``. ``note`` says why there is none (e.g. the local store's

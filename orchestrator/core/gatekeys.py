@@ -164,14 +164,17 @@ def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Targe
     """A cell's gate key inputs: the build key, each enabled gate's resolved settings (None: disabled), the runtime
     the cell declares, and the deployment policy its record carries."""
     gate = model.gate
-    return {
-        "schema": GATE_KEY_SCHEMA_VERSION,
-        "build_key": build_key,
-        "runtime": runtime_part(target),
-        "parity": parity_inputs(model, spec, parity_data_digest) if gate.parity.enabled else None,
-        "benchmark": benchmark_inputs(model, gate.benchmark) if gate.benchmark.enabled else None,
-        "deploy": deploy_part(target, cpu_isa),
-    }
+    return gate_inputs_of(build_key, runtime_part(target),
+                          parity_inputs(model, spec, parity_data_digest) if gate.parity.enabled else None,
+                          benchmark_inputs(model, gate.benchmark) if gate.benchmark.enabled else None,
+                          deploy_part(target, cpu_isa))
+
+
+def gate_inputs_of(build_key: str, runtime: dict[str, Any], parity: dict[str, Any] | None,
+                   benchmark: dict[str, Any] | None, deploy: dict[str, Any]) -> dict[str, Any]:
+    """A cell's gate key inputs from their parts (None: that gate is off)."""
+    return {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": build_key, "runtime": runtime, "parity": parity,
+            "benchmark": benchmark, "deploy": deploy}
 
 
 def _sha(text: str) -> str:
@@ -187,7 +190,12 @@ def settings_digest(inputs: dict[str, Any], part_digest: Callable[[Any], str] = 
 def gate_key(inputs: dict[str, Any], settings: str | None = None) -> str:
     """A cell's gate key: its build key with the digest of everything else its verdicts depend on
     (``settings``: that digest when the caller has it already)."""
-    return _sha(f"gate/{inputs['schema']}\0{inputs['build_key']}\0{settings or settings_digest(inputs)}")
+    return gate_key_of(inputs["build_key"], settings or settings_digest(inputs), inputs["schema"])
+
+
+def gate_key_of(build_key: str, settings: str, schema: int = GATE_KEY_SCHEMA_VERSION) -> str:
+    """``gate_key`` from the build key and the settings digest."""
+    return _sha(f"gate/{schema}\0{build_key}\0{settings}")
 
 
 def gate_node_key(inputs: dict[str, Any], kind: str, runtime: str | None = None, settings: str | None = None) -> str:

@@ -11,6 +11,13 @@ import json
 from typing import Any
 
 KEY_SCHEMA_VERSION = 1
+# the fields of a build key's inputs, in the order a cell's ``key_inputs`` lists them (``core.keyspec`` says what
+# goes in each)
+BUILD_KEY_FIELDS = ("schema", "model", "transform", "calibration", "precision", "profiles", "builder", "target",
+                    "options", "plugin_libraries", "salt")
+# a build key field only targets whose weights are not embedded have (``targets[].weights``), so the keys of
+# every engine from before weights modes stay what they were; a cell's key parts then end with it
+WEIGHTS_KEY_FIELD = "weights"
 
 
 # One encoder for every call: json.dumps with non-default options builds a new one each time (a measurable part
@@ -40,10 +47,24 @@ def record_key(build_key: str, gate_key: str, model_version: str | None = None) 
     the identity) by its build key and gate key (``accepted_record_keys``)."""
     if not gate_key:
         return build_key
+    if build_key.isascii() and build_key.isalnum() and gate_key.isascii() and gate_key.isalnum():
+        # keys JSON writes as they are (hex digests): the parts spliced into their canonical JSON (a million cells)
+        return record_key_of(record_key_template(model_version), build_key, gate_key)
     parts = {"build_key": build_key, "gate_key": gate_key}
     if model_version is not None:
         parts["model_version"] = model_version
     return digest_of(parts)
+
+
+def record_key_template(model_version: str | None) -> str:
+    """The canonical JSON ``record_key`` hashes, with ``%s`` for the build key and the gate key (made once per model
+    version); only for keys that JSON writes as they are (``str.isalnum`` ASCII: hex digests)."""
+    version = f',"model_version":{canonical_json(model_version)}' if model_version is not None else ""
+    return '{"build_key":"%s","gate_key":"%s"' + version.replace("%", "%%") + "}"
+
+
+def record_key_of(template: str, build_key: str, gate_key: str) -> str:
+    return hashlib.sha256((template % (build_key, gate_key)).encode("utf-8")).hexdigest()
 
 
 def accepted_record_keys(build_key: str, gate_key: str, model_version: str | None) -> tuple[str, ...]:
@@ -69,12 +90,28 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+def _differing(before: Any, after: Any, prefix: str, a: dict[str, Any], b: dict[str, Any]) -> None:
+    """``_flatten`` of both sides into ``a`` and ``b``, but only where they differ: an equal part has no path that
+    differs, so it is not walked (the rebuilds and re-gates of a million-cell plan each name one or two values)."""
+    if before is not MISSING and after is not MISSING:
+        if before is after or before == after:
+            return
+        if isinstance(before, dict) and isinstance(after, dict) and before and after:
+            for key in before.keys() | after.keys():
+                _differing(before.get(key, MISSING), after.get(key, MISSING), f"{prefix}.{key}" if prefix else str(key),
+                           a, b)
+            return
+    if before is not MISSING:
+        _flatten(before, prefix, a)
+    if after is not MISSING:
+        _flatten(after, prefix, b)
+
+
 def changed_values(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(path, before, after)`` of each key input that differs, sorted by path (a side that lacks it: ``MISSING``)."""
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
-    _flatten(old, "", a)
-    _flatten(new, "", b)
+    _differing(old, new, "", a, b)
     return [(path, a.get(path, MISSING), b.get(path, MISSING)) for path in sorted(set(a) | set(b))
             if a.get(path, MISSING) != b.get(path, MISSING)]
 

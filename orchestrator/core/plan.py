@@ -21,13 +21,14 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from orchestrator.core.artifact import IndexEntry
 from orchestrator.core.gatekeys import gate_changes
 from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
-from orchestrator.core.model import cc_slug
+from orchestrator.core.model import Target, cc_slug
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 from orchestrator.core.weights import refit_change
 from orchestrator.errors import PlanError
@@ -56,6 +57,13 @@ class PlanEntry:
     shard: str | None = None
     gate_key: str = ""
     published_version: str | None = None  # the model version of the published record it is compared with
+
+    @classmethod
+    def trusted(cls, **values: Any) -> PlanEntry:
+        """``PlanEntry(**values)`` given every field, without the generated ``__init__`` (see ``Cell.trusted``)."""
+        entry = object.__new__(cls)
+        entry.__dict__.update(values)
+        return entry
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -135,12 +143,13 @@ class Plan:
         raise PlanError(f"unknown shard {shard_id!r}", hint=f"shards in this plan: {known}")
 
 
-def _entry(cell: Cell, published: IndexEntry | None, records: Mapping[str, str]) -> PlanEntry:
-    common: dict[str, Any] = dict(address=cell.address, build_key=cell.build_key, target=cell.target.name,
-                                  model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set,
-                                  gate_key=cell.gate_key)
+# what the plan says of one cell: status, reason, changes, the published digest and version it is compared with
+_Verdict = tuple[Status, str, tuple[str, ...], "str | None", "str | None"]
+
+
+def _verdict(cell: Cell, published: IndexEntry | None, records: Mapping[str, str]) -> _Verdict:
     if cell.blocked:
-        return PlanEntry(status="blocked", reason=cell.blocked, **common)
+        return "blocked", cell.blocked, (), None, None
     mine = records.get(cell.record_key)
     # a damaged newest record is asked for again, also when it is this cell's own record (the record-key listing
     # holds it too: only reading it finds the damage)
@@ -148,40 +157,43 @@ def _entry(cell: Cell, published: IndexEntry | None, records: Mapping[str, str])
         mine is None or (published.record_key or published.build_key) == cell.record_key)
     if mine is not None and not own_damaged:
         # this very record (engine, verdicts, version) is published, newest at its address or not
-        return PlanEntry(status="up-to-date", reason=f"published {mine[:19]}", published_digest=mine, **common)
+        return "up-to-date", f"published {mine[:19]}", (), mine, None
     if published is None:
-        return PlanEntry(status="build", reason="not published", **common)
+        return "build", "not published", (), None, None
     if published.damage:
         damaged = (f"record damaged: {published.damage}",
                    "build (a cache hit where the engine is still here), gate and publish again: publish replaces it")
-        return PlanEntry(status="rebuild", reason=damaged[0], changes=damaged,
-                         published_digest=published.digest or None, **common)
+        return "rebuild", damaged[0], damaged, published.digest or None, None
     if published.build_key == cell.build_key:
         if published.gate_key == cell.gate_key:
             if published.version == cell.model_version:
-                return PlanEntry(status="up-to-date", reason=f"published {published.digest[:19]}",
-                                 published_digest=published.digest, **common)
+                return "up-to-date", f"published {published.digest[:19]}", (), published.digest, None
             # a version bump of an unchanged model: the engine and its verdicts are current; the release is not
-            return PlanEntry(status="publish", reason=f"version {cell.model_version}, engine reused",
-                             changes=(f"model version: {published.version} -> {cell.model_version} (engine "
-                                      f"{published.digest[:19]} and its verdicts reused)",),
-                             published_digest=published.digest, published_version=published.version, **common)
+            return ("publish", f"version {cell.model_version}, engine reused",
+                    (f"model version: {published.version} -> {cell.model_version} (engine "
+                     f"{published.digest[:19]} and its verdicts reused)",), published.digest, published.version)
         if not published.gate_key:
             changed: tuple[str, ...] = ("its verdicts were published without a gate key (their settings are "
                                         "unknown)",)
         else:
             changed = tuple(gate_changes(published.gate_inputs, cell.gate_inputs, cell.precision.name))
         changed = changed or ("gate key changed",)
-        return PlanEntry(status="regate", reason=changed[0], changes=changed, published_digest=published.digest,
-                         **common)
+        return "regate", changed[0], changed, published.digest, None
     changes = tuple(changed_inputs(published.key_inputs, cell.key_inputs)) or ("build key changed",)
     weights_only = refit_change(published.key_inputs, cell.key_inputs)
     if weights_only is not None:  # a refittable engine, same graph, new weights (core.weights): refit, not rebuild
-        return PlanEntry(status="refit", reason=weights_only.reason,
-                         changes=(weights_only.reason,) + tuple(c for c in changes if not c.startswith("weights.")),
-                         published_digest=published.digest, **common)
-    return PlanEntry(status="rebuild", reason=changes[0], changes=changes, published_digest=published.digest,
-                     **common)
+        return ("refit", weights_only.reason,
+                (weights_only.reason,) + tuple(c for c in changes if not c.startswith("weights.")),
+                published.digest, None)
+    return "rebuild", changes[0], changes, published.digest, None
+
+
+def _entry(cell: Cell, verdict: _Verdict, shard: str | None) -> PlanEntry:
+    status, reason, changes, digest, version = verdict
+    return PlanEntry.trusted(address=cell.address, status=status, build_key=cell.build_key, target=cell.target.name,
+                             model=cell.model, precision=cell.precision.name, profile_set=cell.profile_set,
+                             reason=reason, changes=changes, published_digest=digest, shard=shard,
+                             gate_key=cell.gate_key, published_version=version)
 
 
 def _slug(labels: tuple[str, ...]) -> str:
@@ -192,9 +204,9 @@ def _slug(labels: tuple[str, ...]) -> str:
 def cache_key(cells: list[Cell]) -> str:
     """What the timing and calibration caches of these cells depend on: builder, exact version, CCs (or device).
     Readable for one target kind, else a digest of them all."""
-    parts = sorted({f"{c.target.builder}-{c.target.builder_version}-"
-                    + ("_".join(cc_slug(cc) for cc in c.target.compute_capabilities) or c.target.device)
-                    for c in cells})
+    targets = {id(c.target): c.target for c in cells}.values()
+    parts = sorted({f"{t.builder}-{t.builder_version}-"
+                    + ("_".join(cc_slug(cc) for cc in t.compute_capabilities) or t.device) for t in targets})
     text = re.sub(r"[^A-Za-z0-9_.-]+", "_", parts[0] if len(parts) == 1 else "")
     if not text or len(text) > 80:
         text = "mixed-" + hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:16]
@@ -206,10 +218,16 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
     """Group cells by their build label set (+ gate labels) and toolchain. Chunks split a big group only while the
     total stays within ``max_shards`` (the CI emitter's limit, e.g. one GitHub matrix; None: no limit)."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...], ResolvedToolchain], list[Cell]] = {}
+    # cells of one target share its labels and toolchain: the group is looked up once per target
+    by_target: dict[int, tuple[Target, ResolvedToolchain, list[Cell]]] = {}
     for cell in cells:
         if cell.blocked or (only_changed is not None and cell.address not in only_changed):
             continue
-        groups.setdefault((cell.build_labels, cell.gate_labels, cell.toolchain), []).append(cell)
+        found = by_target.get(id(cell.target))
+        if found is None or found[1] is not cell.toolchain:
+            members = groups.setdefault((cell.build_labels, cell.gate_labels, cell.toolchain), [])
+            found = by_target[id(cell.target)] = (cell.target, cell.toolchain, members)
+        found[2].append(cell)
     if max_shards is not None and len(groups) > max_shards:
         raise PlanError(
             f"the plan needs {len(groups)} distinct runner label sets, more than the {max_shards} jobs the CI "
@@ -230,7 +248,7 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
             want = -(-len(members) // max_cells_per_shard)
             chunks = max(1, min(want, budget + 1))
             budget -= chunks - 1
-        members = sorted(members, key=lambda c: c.address)
+        members = sorted(members, key=attrgetter("address"))
         size = -(-len(members) // chunks)
         for i in range(chunks):
             part = members[i * size:(i + 1) * size]
@@ -243,8 +261,9 @@ def make_shards(cells: tuple[Cell, ...], *, only_changed: set[str] | None = None
                 sid += "-" + hashlib.sha256(repr((build, gate, toolchain.digest(), i)).encode()).hexdigest()[:8]
             used.add(sid)
             shards.append(Shard(id=sid, build_labels=build, gate_labels=gate,
-                                targets=tuple(sorted({c.target.name for c in part})),
-                                addresses=tuple(c.address for c in part), toolchain=toolchain,
+                                targets=tuple(sorted({t.name for t in {id(c.target): c.target
+                                                                       for c in part}.values()})),
+                                addresses=tuple([c.address for c in part]), toolchain=toolchain,
                                 cache_key=cache_key(part)))
     return tuple(shards)
 
@@ -255,19 +274,19 @@ def plan_against(graph: BuildGraph, published: Mapping[str, IndexEntry], registr
                  registry_note: str = "") -> Plan:
     """Every cell against the registry: ``published`` is the newest record per address, ``records`` every record
     key the registry holds -> its engine digest (None: the store cannot list them; the newest record decides)."""
-    entries = [_entry(cell, published.get(cell.address), records or {}) for cell in graph.cells]
-    changed = {e.address for e in entries if e.status in CHANGED}
-    shards = make_shards(graph.cells, only_changed=changed, max_shards=max_shards,
-                         max_cells_per_shard=max_cells_per_shard)
+    records = records or {}
+    verdicts = [_verdict(cell, published.get(cell.address), records) for cell in graph.cells]
+    changed = tuple([cell for cell, v in zip(graph.cells, verdicts) if v[0] in CHANGED])
+    shards = make_shards(changed, max_shards=max_shards, max_cells_per_shard=max_cells_per_shard)
     shard_of = {a: s.id for s in shards for a in s.addresses}
-    entries = [PlanEntry(**{**e.__dict__, "shard": shard_of.get(e.address)}) for e in entries]
+    entries = [_entry(cell, v, shard_of.get(cell.address)) for cell, v in zip(graph.cells, verdicts)]
     return Plan(entries=tuple(entries), shards=shards, registry_state=registry_state,
                 manifests=dict(manifests or {}), models=model_digests(graph), registry_note=registry_note)
 
 
 def model_digests(graph: BuildGraph) -> dict[str, str]:
     """``name@version`` -> the model digest the graph's keys were made from (its prepare nodes' keys)."""
-    return {node.id.split(":", 1)[1]: node.key for node in graph.nodes.values() if node.kind == "prepare"}
+    return {node.id.split(":", 1)[1]: node.key for node in graph.shared_nodes.values() if node.kind == "prepare"}
 
 
 def plan_from_json(data: dict[str, Any]) -> Plan:

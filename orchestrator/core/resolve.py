@@ -9,35 +9,27 @@ model x data x samples x preprocess x method x calibrator, shared by every cell 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from graphlib import TopologicalSorter
+from operator import attrgetter
 from typing import Any
 
-from orchestrator.core.capabilities import MIN_CC, BuilderCapabilities, needs_calibration_data, route_of
+from orchestrator.core.capabilities import BuilderCapabilities
+from orchestrator.core.cellparts import NONE_PART, Column, Part, Row, SharedParts, address_part, sha256_hex
 from orchestrator.core.gatekeys import (
     GATE_KEY_SCHEMA_VERSION,
     benchmark_inputs,
-    data_inputs,
-    deploy_part,
-    gate_key,
+    gate_key_of,
     gate_node_key,
     parity_inputs,
-    runtime_part,
-    settings_digest,
 )
-from orchestrator.core.graph import BuildGraph, Cell, Node, OptimizationProfile
-from orchestrator.core.keys import KEY_SCHEMA_VERSION, canonical_json, digest_of, record_key
-from orchestrator.core.model import DataSource, Manifest, MatrixRule, Model, PrecisionSpec, Target, cc_slug
-from orchestrator.core.toolchain import RUNNER, ResolvedToolchain, ToolchainProblem, resolve_toolchain
+from orchestrator.core.graph import BuildGraph, Cell, Node, topological_order
+from orchestrator.core.keys import WEIGHTS_KEY_FIELD, canonical_json, digest_of, record_key_of
+from orchestrator.core.model import GateSettings, Manifest, MatrixRule, Model, PrecisionSpec, Target
 from orchestrator.core.weights import refit_inputs
 from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
-
-_TRANSFORM_KIND = {"fp16": "fp16", "bf16": "bf16", "int8": "int8-qdq", "fp8": "fp8-qdq"}
 
 
 @dataclass(frozen=True)
@@ -64,15 +56,6 @@ class ResolveInputs:
     cpu_isa: tuple[str, ...] | None = None
 
 
-def address_part(target: Target) -> str:
-    """The ``sm89+trt10.13`` after the ``@`` of every cell address of ``target``."""
-    # A CC list is a set: its order in the YAML must not move the cell to a new address (and so a rebuild).
-    ccs = tuple(sorted(target.compute_capabilities, key=_cc_tuple))
-    if ccs != target.compute_capabilities:
-        target = replace(target, compute_capabilities=ccs)
-    return target.slug
-
-
 def address_of(model: str, precision: str, profile_set: str, target: Target) -> str:
     return f"{model}/{precision}/{profile_set}@{address_part(target)}"
 
@@ -82,82 +65,6 @@ def _matches(rule: MatrixRule, model: str, precision: str, profile_set: str, tar
             and (rule.precision is None or rule.precision == precision)
             and (rule.profile_set is None or rule.profile_set == profile_set)
             and (rule.target is None or rule.target == target))
-
-
-def _profiles(model: Model, set_name: str) -> tuple[OptimizationProfile, ...]:
-    names = model.profile_sets[set_name]
-    out = []
-    for name in names:
-        shapes = {i.name: (i.profiles[name].min, i.profiles[name].opt, i.profiles[name].max)
-                  for i in model.inputs if name in i.profiles}
-        out.append(OptimizationProfile(name=name, shapes=shapes))
-    return tuple(out)
-
-
-def _cc_tuple(cc: str) -> tuple[int, int]:
-    major, _, minor = cc.partition(".")
-    return int(major), int(minor or 0)
-
-
-def _blocked_reason(manifest: Manifest, target: Target, spec: PrecisionSpec, route: str | None,
-                    caps: BuilderCapabilities | None, transforms: frozenset[str] | None,
-                    problems: Mapping[str, str]) -> str | None:
-    if caps is None:
-        return f"builder plugin {target.builder!r} is not installed"
-    if route is None:
-        return f"{target.builder} {target.builder_version} cannot build {spec.name} (via {spec.via})"
-    need = MIN_CC.get(spec.name)
-    if need and target.compute_capabilities:
-        low = sorted((c for c in target.compute_capabilities if _cc_tuple(c) < need), key=_cc_tuple)
-        if low:
-            return (f"{spec.name} needs compute capability >= {need[0]}.{need[1]}; "
-                    f"target has {', '.join(cc_slug(c) for c in low)}")
-    kind = _TRANSFORM_KIND.get(spec.name)
-    if route == "transform" and transforms is not None and kind not in transforms:
-        why = problems.get(str(kind))
-        if why:
-            return f"{spec.name} needs the {kind!r} transform, which cannot run here: {why}"
-        return f"{spec.name} needs the {kind!r} transform, which no installed plugin provides"
-    if manifest.runner_pools:
-        for role, labels in (("build", target.runners.build), ("gate", target.runners.gate)):
-            if labels and not any(set(labels) <= set(p.labels) for p in manifest.runner_pools):
-                return f"no runner pool has the {role} labels [{', '.join(labels)}]"
-    return None
-
-
-def _calibration_shapes(model: Model, profiles: tuple[OptimizationProfile, ...]) -> dict[str, list[int]]:
-    """Calibration runs at the first profile's opt shapes; an input that profile gives no shape (every input of a
-    static model, or a static input beside dynamic ones) at its declared shape (as the transform step reads them)."""
-    first = profiles[0].shapes if profiles else {}
-    return {i.name: list(first[i.name][1]) if i.name in first else [d if isinstance(d, int) else 1 for d in i.shape]
-            for i in model.inputs}
-
-
-def _tools(inputs: ResolveInputs, manifest: Manifest) -> dict[str, str]:
-    # the manifest's declared tool versions, never the planning machine's: keys must not move with where `plan` runs
-    return dict(sorted({**inputs.tool_versions, **dict(manifest.transform_tools)}.items()))
-
-
-def calibration_inputs(model: Model, spec: PrecisionSpec, model_digest: str, profiles: tuple[OptimizationProfile, ...],
-                       data_digests: Mapping[str, str], calibrator: dict[str, Any]) -> dict[str, Any]:
-    """What a calibration cache depends on: the model, the data (by content, with samples and preprocessing), the
-    method, the shapes it runs at, and the calibrator (its family and exact version: cache formats differ)."""
-    data = model.calibration or DataSource()
-    return {"kind": "calibrate", "model": model_digest,
-            "data": data_inputs(data, data_digests.get(data.path) if data.path else None),
-            "method": spec.calibration_method, "shapes": _calibration_shapes(model, profiles),
-            "dtypes": {i.name: i.dtype for i in model.inputs}, "calibrator": calibrator}
-
-
-def _transform_settings(spec: PrecisionSpec, inputs: ResolveInputs, manifest: Manifest) -> dict[str, Any]:
-    settings: dict[str, Any] = {"keep_io_types": spec.keep_io_types,
-                      "op_block_list": sorted(spec.op_block_list) if spec.op_block_list is not None else None}
-    if spec.name in ("int8", "fp8"):
-        settings["calibration_method"] = spec.calibration_method
-        if spec.min_quantized_share is not None:  # what the transform accepts as done (absent: its default)
-            settings["min_quantized_share"] = spec.min_quantized_share
-    settings["tools"] = _tools(inputs, manifest)
-    return settings
 
 
 def cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, Target]]:
@@ -197,269 +104,173 @@ def cells_of(manifest: Manifest) -> Iterable[tuple[Model, PrecisionSpec, str, Ta
 
 
 def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: CapabilitiesFn) -> BuildGraph:
+    """Every cell of ``manifests`` with its keys, and the shared work nodes (prepare, calibrate, transform); each
+    cell's own nodes (build, gates, publish) are made from the cell when the graph's ``nodes`` are first read.
+
+    A cell is a row (model x precision x profile set) crossed with a column (target): every part either shares
+    is made once (``core.cellparts``); per cell there are only its address, its keys and the cell itself."""
     cells: list[Cell] = []
-    nodes: dict[str, Node] = {}
+    shared: dict[str, Node] = {}
     origin: dict[str, str] = {}
     problems: list[Problem] = []
-    caps_cache: dict[tuple[str, str], BuilderCapabilities | None] = {}
-    # Per-resolve caches of key parts every cell of a model x profile set (or of a target) shares: a 100k-cell
-    # fleet has a few thousand distinct ones. The cached dicts are shared between cells' key_inputs (read-only).
-    profile_cache: dict[tuple[int, str], tuple[tuple[OptimizationProfile, ...], list[dict[str, Any]]]] = {}
-    transform_cache: dict[tuple[int, PrecisionSpec, str], tuple[dict[str, Any], str]] = {}
-    target_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    calib_cache: dict[tuple[int, str, str, str], tuple[dict[str, Any], str, str | None]] = {}
-    parity_cache: dict[tuple[int, str], dict[str, Any] | None] = {}
-    small_parts: dict[tuple[str | None, ...], dict[str, Any]] = {}
-    bench_cache: dict[int, dict[str, Any] | None] = {}
-    runtime_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-    toolchain_cache: dict[int, tuple[ResolvedToolchain, str | None]] = {}
-    gated_cache: dict[tuple[int, int], Model] = {}
-    settings_cache: dict[tuple[int, int, int, int], str] = {}
-    plugin_libraries = dict(sorted(inputs.plugin_libraries.items()))
-    texts: dict[int, str] = {}  # canonical JSON of those shared parts, by id (the caches keep them alive)
-
-    def shared_text(value: object) -> str:
-        text = texts.get(id(value))
-        if text is None:
-            text = texts[id(value)] = canonical_json(value)
-        return text
-
-    digests: dict[int, str] = {}
-
-    def shared_digest(value: object) -> str:
-        digest = digests.get(id(value))
-        if digest is None:
-            digest = digests[id(value)] = hashlib.sha256(shared_text(value).encode("utf-8")).hexdigest()
-        return digest
+    parts = SharedParts(inputs.model_digests, inputs.data_digests, inputs.tool_versions, inputs.recipes,
+                        inputs.transforms, inputs.transform_problems, inputs.plugin_libraries, capabilities,
+                        cpu_isa=list(inputs.cpu_isa) if inputs.cpu_isa is not None else None)
+    gates = _GateParts(inputs.data_digests)
+    scheduled: set[int] = set()  # ids of the combinations whose shared nodes are in ``shared``
+    refit_parts: dict[str, Any] = {}  # model path -> its refittable cells' weights part
 
     for manifest in manifests:
+        per_cell_gates = bool(manifest.cell_gates or manifest.rule_gates)
+        columns: dict[int, Column] = {}
+        row: Row | None = None
+        row_gate: tuple[Model, Part, Part] | None = None
         for model, spec, set_name, target in cells_of(manifest):
-            ck = (target.builder, target.builder_version)
-            if ck not in caps_cache:
-                caps_cache[ck] = capabilities(*ck)
-            caps = caps_cache[ck]
-            route = route_of(spec, caps, target) if caps else None
-            address = address_of(model.name, spec.name, set_name, target)
+            col = columns.get(id(target))
+            if col is None:
+                col = columns[id(target)] = parts.column(manifest, target)
+            address = f"{model.name}/{spec.name}/{set_name}@{col.address_part}"
             if address in origin:
                 problems.append(Problem(manifest.file, None, None, f"models[{model.name}]",
                                         f"cell {address} is also declared in {origin[address]}",
                                         "give one of the models or targets a different name"))
                 continue
             origin[address] = manifest.file
-            model_digest = inputs.model_digests[model.source.path]
-            pk = (id(model), set_name)  # models live in the manifests for the whole call: ids are stable
-            if pk not in profile_cache:
-                ps = _profiles(model, set_name)
-                # min/opt/max by name, so a changed dim is reported as e.g. profiles[0].shapes.x.max
-                profile_cache[pk] = (ps, [{"name": p.name, "shapes": {
-                    k: {"min": list(v[0]), "opt": list(v[1]), "max": list(v[2])} for k, v in p.shapes.items()}}
-                    for p in ps])
-            profiles, profiles_key = profile_cache[pk]
-
-            prepare_id = f"prepare:{model.name}@{model.version}"
-            blocked = _blocked_reason(manifest, target, spec, route, caps, inputs.transforms,
-                                      inputs.transform_problems)
-            if caps is not None and id(target) not in toolchain_cache:
-                try:
-                    toolchain_cache[id(target)] = (resolve_toolchain(target, caps.provisioning), None)
-                except ToolchainProblem as e:
-                    toolchain_cache[id(target)] = (RUNNER, f"toolchain {target.toolchain.kind}: {e.message}")
-            toolchain, toolchain_problem = toolchain_cache.get(id(target), (RUNNER, None))
-            blocked = blocked or toolchain_problem
-            if not blocked:  # a blocked cell schedules no work: no prepare or transform only it would need
-                nodes.setdefault(prepare_id, Node(prepare_id, "prepare", (), model_digest, model=model.name))
-
-            calib_id = None
-            calib_inputs = None
-            kind = _TRANSFORM_KIND.get(spec.name) if route == "transform" else None
-            if caps is not None and needs_calibration_data(spec, caps, target):
-                by: str | None
-                if kind:  # Q/DQ by the transform plugin's calibrator, whatever builder builds next: keyed by the
-                    # tool versions the manifest pins for transforms and the plugin's recipe
-                    calibrator = {"name": f"transform:{kind}", "tools": _tools(inputs, manifest), "for": kind,
-                                  "recipe": inputs.recipes.get(f"transform:{kind}", "")}
-                    by = f"transform:{kind}"
-                elif spec.name == "int8" and caps is not None and caps.calibration_family:
-                    # the builder's own calibrator: its cache format is that family's, of that exact version
-                    calibrator = {"name": caps.calibration_family, "version": target.builder_version,
-                                  "for": "native"}
-                    by = f"builder:{target.builder}"
-                else:  # a builder with no calibration cache calibrates inside its build (BuildRequest.calibration):
-                    # the data still makes the engine, so it is keyed; there is no cache to share (no node)
-                    calibrator = {"name": f"builder:{target.builder}", "version": target.builder_version,
-                                  "for": "native"}
-                    by = None
-                calib_ck = (id(model), str(spec.calibration_method), set_name, canonical_json(calibrator))
-                if calib_ck not in calib_cache:
-                    c_inputs = calibration_inputs(model, spec, model_digest, profiles, inputs.data_digests,
-                                                  calibrator)
-                    calib_cache[calib_ck] = (c_inputs, digest_of(c_inputs), by)
-                calib_inputs, ckey, by = calib_cache[calib_ck]
-                if by is not None:
-                    calib_id = f"calibrate:{model.name}/{spec.calibration_method}#{ckey[:12]}"
-                    if not blocked:
-                        nodes.setdefault(calib_id, Node(calib_id, "calibrate", (prepare_id,), ckey,
-                                                        model=model.name, calibrator=by))
-
-            transform_id = None
-            transform_inputs = None
-            if kind is not None:
-                tk = (id(model), spec, set_name)
-                if tk not in transform_cache:
-                    t_inputs = {
-                        "kind": kind,
-                        "recipe": inputs.recipes.get(f"transform:{kind}", ""),
-                        "model": model_digest,
-                        "settings": _transform_settings(spec, inputs, manifest),
-                        # the calibration cache's key (its inputs are the cell's `calibration` key part)
-                        "calibration": digest_of(calib_inputs) if calib_inputs is not None else None,
-                    }
-                    transform_cache[tk] = (t_inputs, digest_of(t_inputs))
-                transform_inputs, tkey = transform_cache[tk]
-                transform_id = f"transform:{model.name}/{kind}#{tkey[:12]}"
-                if not blocked:
-                    deps = (prepare_id,) + ((calib_id,) if calib_id else ())
-                    nodes.setdefault(transform_id, Node(transform_id, "transform", deps, tkey,
-                                                        model=model.name, transform_kind=kind))
-
-            if id(target) not in target_cache:  # targets live in the manifests: ids are stable
-                target_part: dict[str, Any] = {
-                    "compute_capabilities": sorted(target.compute_capabilities, key=_cc_tuple),
-                    "hardware_compatibility": target.hardware_compatibility,
-                    "device": target.device,
-                }
-                if caps is None or caps.platform_specific:
-                    target_part["platform"] = target.platform
-                target_cache[id(target)] = (target_part, target.options.to_key(caps.reads_options if caps else None))
-            target_key, options_key = target_cache[id(target)]
-            # parts many cells share, kept as one object each so their JSON is made once
-            model_part = small_parts.setdefault(("model", model_digest), {"digest": model_digest})
-            precision_part = small_parts.setdefault(("precision", spec.name, route),
-                                                    {"name": spec.name, "route": route})
-            builder_part = small_parts.setdefault(("builder", target.builder, target.builder_version),
-                                                  {"name": target.builder, "version": target.builder_version,
-                                                   "recipe": inputs.recipes.get(f"builder:{target.builder}", "")})
-            key_inputs = {
-                "schema": KEY_SCHEMA_VERSION,
-                "model": model_part,
-                "transform": transform_inputs,
-                "calibration": calib_inputs,
-                "precision": precision_part,
-                "profiles": profiles_key,
-                "builder": builder_part,
-                "target": target_key,
-                "options": options_key,
-                "plugin_libraries": plugin_libraries,
-                "salt": manifest.salt,
-            }
-            if target.weights == "refittable":  # the graph and weights a refit is planned from (core.weights)
-                found = inputs.model_structures.get(model.source.path)
-                key_inputs["weights"] = refit_inputs(*found) if found else {"mode": "refittable"}
-            elif target.weights != "embedded":  # embedded: the keys from before weights modes existed
-                key_inputs["weights"] = target.weights
-            key = _digest_from_parts(key_inputs, _SHARED_PARTS, shared_text)
+            if row is None or row.model is not model or row.spec is not spec or row.set_name != set_name:
+                # cells come row by row (matrix includes aside): the row's parts are looked up when it changes
+                row = parts.row(manifest, model, spec, set_name)
+                row_gate = None if per_cell_gates else gates.of(model, model.gate, spec)
+            how = col.routes.get((spec.name, spec.via)) or parts.route(col, spec)
+            combo = parts.combination(row, how.work)
+            blocked = how.blocked
+            if not blocked and id(combo) not in scheduled:
+                # a blocked cell schedules no work: no prepare, calibrate or transform only it would need
+                scheduled.add(id(combo))
+                for node in combo.nodes:
+                    shared.setdefault(node.id, node)
+            key_text = combo.template % col.key_texts
+            key_parts = combo.head + col.key_values + combo.tail
+            if target.weights != "embedded":  # embedded: the keys from before weights modes existed
+                weights_part = _weights_part(target.weights, model, inputs, refit_parts)
+                # "weights" sorts after every other field: canonical JSON of the key inputs with it added
+                key_text = f'{key_text[:-1]},"{WEIGHTS_KEY_FIELD}":{canonical_json(weights_part)}}}'
+                key_parts = (*key_parts, weights_part)
+            key = sha256_hex(key_text)
             # the cell's gate: matrix rules' over the target's over the model's (``Manifest.gate_for``), as a model
             # with it; cells with the same settings object share one
-            gate = manifest.gate_for(model, target, spec.name, set_name)
-            gk = (id(model), id(gate))
-            if gk not in gated_cache:
-                gated_cache[gk] = model if gate is model.gate else replace(model, gate=gate)
-            gmodel = gated_cache[gk]
-            # gate key parts, each cached where cells share it (their JSON is then serialized once, by id)
-            pk_gate = (id(gmodel), spec.name)
-            if pk_gate not in parity_cache:
-                parity_path = gmodel.gate.parity.data.path
-                labels_path = gmodel.gate.parity.data.labels
-                parity_cache[pk_gate] = parity_inputs(
-                    gmodel, spec, inputs.data_digests.get(parity_path) if parity_path else None,
-                    inputs.data_digests.get(labels_path) if labels_path else None
-                ) if gmodel.gate.parity.enabled else None
-            if id(gmodel) not in bench_cache:
-                bench_cache[id(gmodel)] = (benchmark_inputs(gmodel, gmodel.gate.benchmark)
-                                           if gmodel.gate.benchmark.enabled else None)
-            if id(target) not in runtime_cache:
-                runtime_cache[id(target)] = (runtime_part(target), deploy_part(
-                    target, list(inputs.cpu_isa) if inputs.cpu_isa is not None else None))
-            runtime, deploy = runtime_cache[id(target)]
-            g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
-                        "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(gmodel)], "deploy": deploy}
-            sk = (id(runtime), id(g_inputs["parity"]), id(g_inputs["benchmark"]), id(deploy))
-            if sk not in settings_cache:  # the cached parts live as long as the caches: their ids are stable
-                settings_cache[sk] = settings_digest(g_inputs, shared_digest)
-            cell_gate_key = gate_key(g_inputs, settings_cache[sk])
-            cells.append(Cell(address=address, manifest=manifest.file, model=model.name,
-                              model_version=model.version, model_path=model.source.path, precision=spec,
-                              profile_set=set_name, profiles=profiles, target=target, route=route or "none",
-                              build_key=key, key_inputs=key_inputs, transform_node=transform_id,
-                              blocked=blocked, gate_key=cell_gate_key, gate_inputs=g_inputs, calibrate_node=calib_id,
-                              toolchain=toolchain, gate=None if gmodel is model else gmodel.gate))
-            if blocked:
-                continue
-            build_id = f"build:{address}"
-            # the calibrate node too when a transform used it: the build log and metadata name the cache
-            build_deps = (transform_id or prepare_id,) + ((calib_id,) if calib_id else ())
-            nodes[build_id] = Node(build_id, "build", build_deps, key, address=address, model=model.name)
-            gate_deps = []
-            if gmodel.gate.parity.enabled:
-                pid = f"gate:parity:{address}"
-                pkey = gate_node_key(g_inputs, "parity", shared_digest(runtime), shared_digest(g_inputs["parity"]))
-                nodes[pid] = Node(pid, "gate:parity", (build_id,), pkey, address=address, model=model.name)
-                gate_deps.append(pid)
-            if gmodel.gate.benchmark.enabled:
-                bid = f"gate:benchmark:{address}"
-                # benchmark after parity: timing a numerically wrong engine is wasted runner time
-                nodes[bid] = Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,),
-                                  gate_node_key(g_inputs, "benchmark", shared_digest(runtime),
-                                                shared_digest(g_inputs["benchmark"])), address=address,
-                                  model=model.name)
-                gate_deps.append(bid)
-            pub = f"publish:{address}"
-            nodes[pub] = Node(pub, "publish", tuple(gate_deps) or (build_id,),
-                              record_key(key, cell_gate_key, model.version), address=address, model=model.name)
+            gmodel, parity, benchmark = row_gate or gates.of(
+                model, manifest.gate_for(model, target, spec.name, set_name), spec)
+            settings = sha256_hex(_SETTINGS % (benchmark.digest, col.deploy.digest, parity.digest, col.runtime.digest,
+                                               GATE_KEY_SCHEMA_VERSION))
+            cell_gate_key = gate_key_of(key, settings)
+            cells.append(Cell.trusted(
+                address=address, manifest=manifest.file, model=model.name, model_version=model.version,
+                model_path=model.source.path, precision=spec, profile_set=set_name, profiles=row.profiles,
+                target=target, route=how.work.route or "none", build_key=key,
+                key_parts=key_parts, transform_node=combo.transform_node,
+                blocked=blocked, gate_key=cell_gate_key,
+                gate_parts=(col.runtime.value, parity.value, benchmark.value, col.deploy.value),
+                calibrate_node=combo.calibrate_node, toolchain=col.toolchain,
+                gate=None if gmodel is model else gmodel.gate,
+                record_key=record_key_of(row.record_template, key, cell_gate_key)))
 
     if problems:
         raise ManifestError(problems)
-    cells.sort(key=lambda c: c.address)
-    return BuildGraph(cells=tuple(cells), nodes=nodes, order=topological_order(nodes))
+    cells.sort(key=attrgetter("address"))
+    return BuildGraph(cells=tuple(cells), nodes=shared, per_cell=_CellNodes().of)
 
 
-# key_inputs parts shared between cells (cached above): serialized once per resolve, not once per cell
-_SHARED_PARTS = frozenset({"model", "transform", "calibration", "precision", "profiles", "builder", "target",
-                           "options", "plugin_libraries"})
+def _weights_part(mode: str, model: Model, inputs: ResolveInputs, made: dict[str, Any]) -> Any:
+    """The build key's ``weights`` part of a target whose weights are not embedded: ``stripped`` by its mode; a
+    refittable cell by the graph and weights a refit is planned from (``core.weights.refit_inputs``), made once per
+    model file; a model whose structure is not known keys its refittable cells by mode alone."""
+    if mode != "refittable":
+        return mode
+    path = model.source.path
+    if path not in made:
+        found = inputs.model_structures.get(path)
+        made[path] = refit_inputs(*found) if found else {"mode": "refittable"}
+    return made[path]
 
 
-def _digest_from_parts(inputs: dict[str, Any], shared: frozenset[str], shared_text: Callable[[object], str]) -> str:
-    """``digest_of(inputs)`` with the shared parts' JSON reused: canonical JSON of a dict is its sorted items
-    as ``"key":value`` joined by ``,`` in braces, so splicing canonical parts gives the very same bytes."""
-    text = ",".join(f"{_key_text(k)}:{shared_text(v) if k in shared else _value_text(v)}"
-                    for k, v in sorted(inputs.items()))
-    return hashlib.sha256(("{" + text + "}").encode("utf-8")).hexdigest()
+# ``gatekeys.settings_digest``: canonical JSON of the digest of each gate input but the build key (the schema as
+# itself), keys sorted
+_SETTINGS = '{"benchmark":"%s","deploy":"%s","parity":"%s","runtime":"%s","schema":%d}'
 
 
-@lru_cache(maxsize=256)
-def _key_text(key: str) -> str:
-    return canonical_json(key)
+class _GateParts:
+    """Gate key parts cells share: a model with a cell's gate settings, its parity and benchmark parts, and the
+    digest of their combination (``gatekeys.settings_digest``)."""
+
+    def __init__(self, data_digests: Mapping[str, str]) -> None:
+        self.data_digests = data_digests
+        self._gated: dict[tuple[int, int], tuple[Model, GateSettings, Model]] = {}
+        self._parity: dict[tuple[int, str], tuple[Model, Part]] = {}
+        self._benchmark: dict[int, tuple[Model, Part]] = {}
+
+    def of(self, model: Model, gate: GateSettings, spec: PrecisionSpec) -> tuple[Model, Part, Part]:
+        gk = (id(model), id(gate))
+        found = self._gated.get(gk)
+        if found is None:
+            found = self._gated[gk] = (model, gate, model if gate is model.gate else replace(model, gate=gate))
+        gmodel = found[2]
+        pk = (id(gmodel), spec.name)
+        parity = self._parity.get(pk)
+        if parity is None:
+            data = gmodel.gate.parity.data
+            value = parity_inputs(gmodel, spec,
+                                  self.data_digests.get(data.path) if data.path else None,
+                                  self.data_digests.get(data.labels) if data.labels else None
+                                  ) if gmodel.gate.parity.enabled else None
+            parity = self._parity[pk] = (gmodel, Part.of(value) if value is not None else NONE_PART)
+        benchmark = self._benchmark.get(id(gmodel))
+        if benchmark is None:
+            value = benchmark_inputs(gmodel, gmodel.gate.benchmark) if gmodel.gate.benchmark.enabled else None
+            benchmark = self._benchmark[id(gmodel)] = (gmodel, Part.of(value) if value is not None else NONE_PART)
+        return gmodel, parity[1], benchmark[1]
 
 
-def _value_text(value: object) -> str:
-    """``canonical_json(value)``, without the encoder for the values most parts are (hex keys, small ints)."""
-    if isinstance(value, str) and value.isascii() and value.isalnum():
-        return f'"{value}"'
-    if type(value) is int:
-        return str(value)
-    return canonical_json(value)
+class _CellNodes:
+    """A cell's own nodes (build, gate:parity, gate:benchmark, publish), made from the cell: the plan reads none of
+    them, so a graph makes them only when its ``nodes`` are read (``BuildGraph``)."""
+
+    def __init__(self) -> None:
+        self._digests: dict[int, tuple[object, str]] = {}  # id(part) -> (the part, digest_of(part))
+
+    def _digest(self, value: object) -> str:
+        found = self._digests.get(id(value))
+        if found is None:
+            found = self._digests[id(value)] = (value, digest_of(value))
+        return found[1]
+
+    def of(self, cell: Cell) -> list[Node]:
+        if cell.blocked:
+            return []
+        address, model = cell.address, cell.model
+        build_id = f"build:{address}"
+        # the calibrate node too when a transform used it: the build log and metadata name the cache
+        source = cell.transform_node or f"prepare:{model}@{cell.model_version}"
+        build_deps = (source,) + ((cell.calibrate_node,) if cell.calibrate_node else ())
+        out = [Node(build_id, "build", build_deps, cell.build_key, address=address, model=model)]
+        g_inputs = cell.gate_inputs
+        gate_deps: list[str] = []
+        runtime = self._digest(g_inputs["runtime"])
+        if g_inputs["parity"] is not None:
+            pid = f"gate:parity:{address}"
+            key = gate_node_key(g_inputs, "parity", runtime, self._digest(g_inputs["parity"]))
+            out.append(Node(pid, "gate:parity", (build_id,), key, address=address, model=model))
+            gate_deps.append(pid)
+        if g_inputs["benchmark"] is not None:
+            bid = f"gate:benchmark:{address}"
+            # benchmark after parity: timing a numerically wrong engine is wasted runner time
+            key = gate_node_key(g_inputs, "benchmark", runtime, self._digest(g_inputs["benchmark"]))
+            out.append(Node(bid, "gate:benchmark", tuple(gate_deps) + (build_id,), key, address=address, model=model))
+            gate_deps.append(bid)
+        pub = f"publish:{address}"
+        out.append(Node(pub, "publish", tuple(gate_deps) or (build_id,), cell.record_key, address=address,
+                        model=model))
+        return out
 
 
-def topological_order(nodes: Mapping[str, Node]) -> tuple[str, ...]:
-    """graphlib's ready/done loop with each ready layer sorted, so the same graph always gives the same order
-    (a dependency that is not a node is placed like one, as graphlib does; a cycle raises CycleError)."""
-    sorter: TopologicalSorter[str] = TopologicalSorter()
-    for node_id in sorted(nodes):
-        sorter.add(node_id, *nodes[node_id].deps)
-    sorter.prepare()
-    order: list[str] = []
-    while sorter.is_active():
-        ready = sorted(sorter.get_ready())
-        order.extend(ready)
-        sorter.done(*ready)
-    return tuple(order)
+__all__ = ["CapabilitiesFn", "ResolveInputs", "address_of", "address_part", "cells_of", "resolve",
+           "topological_order"]

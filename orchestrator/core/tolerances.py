@@ -6,7 +6,7 @@ re-gates, exactly as a changed manifest override does."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.core.model import ParityGate, Tolerance
@@ -26,7 +26,11 @@ class ResolvedTolerance:
     source: str = "default"  # e.g. "default:fp16 < model:fp16 < output:logits"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # asdict(self), field for field (every value is immutable), without its recursive copy: gate keys of a
+        # million cells resolve these
+        return {"atol": self.atol, "rtol": self.rtol, "max_violation_fraction": self.max_violation_fraction,
+                "min_cosine": self.min_cosine, "max_rel_l2": self.max_rel_l2, "topk": self.topk,
+                "min_topk_agreement": self.min_topk_agreement, "source": self.source}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResolvedTolerance:

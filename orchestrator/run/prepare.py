@@ -18,7 +18,8 @@ from orchestrator.core.model import Model, PrecisionSpec, RegistryConfig
 from orchestrator.digests import DigestCache, hash_file
 from orchestrator.errors import BuildError, OrchestratorError
 from orchestrator.manifest.model_file import ModelFileError, read_model_file
-from orchestrator.run.executor import StepOutcome, StepTask, open_step_log, read_result
+from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
+from orchestrator.run.workspace import read_result
 
 CALIBRATION_CACHE = "calibration.cache"
 

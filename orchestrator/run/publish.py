@@ -28,9 +28,10 @@ from orchestrator.core.model import Model, RegistryConfig
 from orchestrator.core.query import select
 from orchestrator.errors import PlanError
 from orchestrator.metadata import engine_file, new_metadata, utc_now
-from orchestrator.run.executor import StepOutcome, StepTask, read_gate_report
+from orchestrator.run.executor import StepOutcome, StepTask
 from orchestrator.run.signing import attach_referrer, sign_statement
 from orchestrator.run.weights_blob import engine_weights_entry, republished_weights
+from orchestrator.run.workspace import read_gate_report
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.contracts.runtime import Timing
+from trt_orchestrator_plugins import _cuda  # imports cuda-python only on first use
 
 GRAPH_RUNS_TO_CAPTURE = 3  # onnxruntime: regular run(s) first, the capture on a later run, then replays
 
@@ -41,8 +42,6 @@ GRAPH_RUNS_TO_CAPTURE = 3  # onnxruntime: regular run(s) first, the capture on a
 def device_backend() -> Any:
     """cuda-python, else torch, else CuPy, else None: the device-buffer and event API the CUDA timing path needs."""
     try:
-        from trt_orchestrator_plugins import _cuda
-
         _cuda.cudart()
         _cuda.free_device_bytes()  # a driver and a device are there
         return CudaPythonBackend(_cuda)

@@ -4,12 +4,13 @@ Every file a store publishes is written to a temporary file in the *same directo
 and fsync'd, renamed over the final name (atomic on POSIX within one filesystem) and then the directory is
 fsync'd so the rename itself survives a crash. A reader therefore sees either nothing or the whole file.
 
-The digest a store checks is always the sha256 of *the staged temp file's bytes* (the bytes the rename will
-put in place), computed before the rename. It is computed by a :class:`StagedHasher` thread that reads each
-range back from the page cache right after it was written, so hashing overlaps the copy or the download:
-``hashlib`` releases the GIL for updates over 2 KiB and uses OpenSSL's SHA-NI code (~1 GB/s here), so on two
-cores the hash is nearly free instead of adding its full time to every transfer (bench/NOTES-registry.md).
-Reads and hashing go in 4 MiB chunks: engines can be gigabytes and are never loaded whole.
+The digest a store checks is always the sha256 of *the bytes written into the staged temp file* (the bytes the
+rename will put in place), computed before the rename, in the same pass that writes them: each buffer is read once
+(from the source file or the socket), written once, and hashed from that very buffer by a :class:`StagedHasher`
+thread while the next buffer is read and written. ``hashlib`` releases the GIL for updates over 2 KiB, so with a
+second core the hash overlaps the copy or the download instead of adding its full time to it
+(bench/NOTES-registry.md). A file that fits one buffer is copied and hashed in the calling thread (nothing to
+overlap; a thread start would cost more). Buffers are 1 MiB: engines can be gigabytes and are never loaded whole.
 
 Temp files are named ``.<name>.<pid>.<host tag>.<random>.tmp`` (``.incoming.<pid>...`` for staged copies), so a
 writer killed mid-copy leaves a file whose owner can be checked: :func:`remove_stale_temps` deletes those whose
@@ -23,6 +24,7 @@ Failures writing the destination (ENOSPC, EDQUOT, EROFS, EACCES, ...) raise :cla
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import queue
@@ -30,18 +32,22 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.atomic import create_temp, fsync_dir, write_json_atomic
+from orchestrator.atomic import create_temp, fsync_dir, json_bytes, write_json_atomic
 from orchestrator.errors import StoreError
 
-CHUNK = 4 * 1024 * 1024  # hashing reads and in-kernel copy steps (the hasher trails the copy by one step)
-# Buffers handed to write() and the download pump's pool. 1 MiB beat 4 MiB for the pump (356 vs 266 MB/s median
-# on loopback), and 8 MiB writes from fresh buffers ran at ~215 MB/s vs ~2800 for 1 MiB (bench/NOTES-registry.md).
-WRITE_CHUNK = 1024 * 1024
-_NO_KERNEL_COPY = {"EXDEV", "ENOSYS", "EINVAL", "EOPNOTSUPP", "ENOTSUP", "EBADF"}
+# One read/write/hash step, and the size of the pool's buffers. 1 MiB beat 4 MiB for downloads (356 vs 266 MB/s
+# median on loopback), and 8 MiB writes from fresh buffers ran at ~215 MB/s vs ~2800 for 1 MiB (NOTES-registry).
+BUFFER = 1024 * 1024
+POOL = 8  # buffers in flight between the writer and the hasher thread
+# Each write() hands the kernel at most 256 KiB: on this box's kernel (6.18, ext4) a copy written in 1 MiB write()s
+# spent 0.18-0.36 s of system time in about half the runs instead of 0.06 s (200 MB; 512 KiB and 256 KiB writes
+# never did, bench/NOTES-registry.md). Reads stay 1 MiB.
+WRITE_PIECE = 256 * 1024
+WRITEBACK_STEP = 8 * 1024 * 1024  # the writer starts the writeback of every 8 MiB it wrote (see start_writeback)
 
 
 STALE_TEMP_S = 3600.0  # a temp file nobody has touched for an hour is no writer's any more
@@ -156,18 +162,16 @@ def start_writeback(fd: int, offset: int, n: int) -> None:
 
 
 class StagedHasher:
-    """sha256 of a file being written sequentially, computed in a second thread.
+    """sha256 of the bytes a writer puts into a staged file, computed in a second thread.
 
-    The writer calls :meth:`written` after each range reaches the file; the thread reads that range back
-    (``preadv`` into one reused buffer, page cache), hashes it and starts its writeback to disk (the caller
-    fsyncs before renaming). :meth:`hexdigest` waits for the thread.
-    Use as a context manager so the thread is always joined before the fd is closed (a late ``preadv`` on a
-    closed, reused fd would hash another file).
+    The writer hands over each buffer right after ``write()`` accepted it (:meth:`hashed`); the thread hashes
+    that very buffer (no read-back: the bytes hashed are the bytes written) and calls ``release`` so the writer
+    may reuse it. :meth:`hexdigest` waits for the thread. Use as a context manager so the thread is always joined
+    (and every buffer released) before the writer's buffers or file go away.
     """
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._ranges: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+    def __init__(self) -> None:
+        self._items: queue.SimpleQueue[tuple[memoryview, Callable[[], None]] | None] = queue.SimpleQueue()
         self._hash = hashlib.sha256()
         self.size = 0
         self._error: BaseException | None = None
@@ -175,45 +179,26 @@ class StagedHasher:
         self._thread = threading.Thread(target=self._run, name="sha256-staged", daemon=True)
         self._thread.start()
 
-    def written(self, offset: int, n: int) -> None:
-        if n:
-            self._ranges.put((offset, n, None, None))
-
-    def written_from(self, offset: int, data: memoryview, release: Callable[[], None]) -> None:
-        """Like :meth:`written`, but hash ``data`` (the very buffer just written) instead of reading the range
-        back, then call ``release`` so the writer may reuse the buffer: one memcpy less per byte."""
-        self._ranges.put((offset, len(data), data, release))
+    def hashed(self, data: memoryview, release: Callable[[], None]) -> None:
+        """Hash ``data`` (bytes just written) in the thread, then call ``release``."""
+        self._items.put((data, release))
 
     def _run(self) -> None:
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
         try:
-            while (item := self._ranges.get()) is not None:
-                offset, n, data, release = item
-                if data is not None:
-                    self._hash.update(data)
-                    self.size += n
-                    release()
-                    n = 0
-                while n:
-                    got = os.preadv(self._fd, [view[:min(n, CHUNK)]], offset)
-                    if got == 0:
-                        raise OSError(f"staged file ended at {offset} bytes while {n} more were written")
-                    self._hash.update(view[:got])
-                    offset += got
-                    n -= got
-                    self.size += got
-                start_writeback(self._fd, item[0], item[1])
-        except BaseException as e:  # re-raised in the caller's thread by _finish
+            while (item := self._items.get()) is not None:
+                data, release = item
+                self._hash.update(data)
+                self.size += len(data)
+                release()
+        except BaseException as e:  # re-raised in the caller's thread by hexdigest
             self._error = e
-            while (item := self._ranges.get()) is not None:  # drain (releasing buffers) until the sentinel
-                if item[3] is not None:
-                    item[3]()
+            while (item := self._items.get()) is not None:  # drain (releasing buffers) until the sentinel
+                item[1]()
 
     def _finish(self) -> None:
         if not self._done:
             self._done = True
-            self._ranges.put(None)
+            self._items.put(None)
             self._thread.join()
 
     def hexdigest(self) -> str:
@@ -230,43 +215,49 @@ class StagedHasher:
 
 
 class HashingWriter:
-    """A binary sink on a raw fd whose bytes are hashed (read back from the file) in a second thread. A failed
-    write raises :class:`DestinationError` naming ``dest``."""
+    """A binary sink on a raw fd whose bytes are hashed as they are written (by a :class:`StagedHasher` thread).
+    A failed write raises :class:`DestinationError` naming ``dest``."""
 
     def __init__(self, fd: int, hasher: StagedHasher, dest: Path | None = None) -> None:
         self._fd = fd
         self._hasher = hasher
         self.size = 0
         self.dest = dest
+        self._kicked = 0  # bytes whose writeback has been started
 
     def _write_all(self, view: memoryview) -> None:
         done = 0
         try:
             while done < len(view):
-                done += os.write(self._fd, view[done:])
+                done += os.write(self._fd, view[done:done + WRITE_PIECE])
         except OSError as e:
             raise DestinationError(self.dest or Path(f"fd {self._fd}"), e) from e
+        self.size += len(view)
+        if self.size - self._kicked >= WRITEBACK_STEP:
+            start_writeback(self._fd, self._kicked, self.size - self._kicked)
+            self._kicked = self.size
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` and hash a copy of it (the caller may reuse its buffer at once)."""
         view = memoryview(data).cast("B")
-        total = len(view)
         self._write_all(view)
-        self._hasher.written(self.size, total)
-        self.size += total
-        return total
+        self._hasher.hashed(memoryview(bytes(view)), _nothing)
+        return len(view)
 
-    def pump(self, readinto: Callable[[memoryview], int], *, buffers: int = 8) -> int:
-        """Write everything ``readinto`` yields (until it returns 0) through a pool of ``buffers`` 1 MiB
-        buffers: the hasher thread hashes buffer k while this thread reads and writes buffer k+1, and hands it
-        back when done. Memory stays at ``buffers`` MiB whatever the size. Returns the bytes written."""
+    def pump(self, readinto: Callable[[memoryview], int], *, buffers: int = POOL) -> int:
+        """Write everything ``readinto`` yields (until it returns 0) through a pool of ``buffers`` buffers of
+        ``BUFFER`` bytes: the hasher thread hashes buffer k while this thread reads and writes buffer k+1, and hands
+        it back when done. Each byte is read once (into the buffer), written once (from it) and hashed from that
+        same buffer. Memory stays at ``buffers`` MiB whatever the size. Returns the bytes written."""
         free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
         for _ in range(buffers):
-            free.put(memoryview(bytearray(WRITE_CHUNK)))
+            free.put(memoryview(bytearray(BUFFER)))
         start = self.size
         while True:
             buf = free.get()
             n = readinto(buf)
             if not n:
+                free.put(buf)
                 break
             view = buf[:n]
             try:
@@ -274,12 +265,15 @@ class HashingWriter:
             except DestinationError:
                 free.put(buf)
                 raise
-            self._hasher.written_from(self.size, view, lambda b=buf: free.put(b))
-            self.size += n
+            self._hasher.hashed(view, lambda b=buf: free.put(b))
         return self.size - start
 
     def hexdigest(self) -> str:
         return self._hasher.hexdigest()
+
+
+def _nothing() -> None:
+    pass
 
 
 @contextmanager
@@ -299,7 +293,7 @@ def atomic_writer(dest: Path, *, overwrite: bool = True) -> Iterator[HashingWrit
         raise DestinationError(dest, e) from e
     try:
         try:
-            with StagedHasher(fd) as hasher:
+            with StagedHasher() as hasher:
                 yield HashingWriter(fd, hasher, dest)
             try:
                 os.fsync(fd)
@@ -328,53 +322,110 @@ def atomic_write_json(dest: Path, obj: object, *, indent: int | None = None) -> 
     return write_json_atomic(dest, obj, indent=indent, sort_keys=True)
 
 
-_DEST_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+def store_json(obj: object, *, indent: int | None = None) -> bytes:
+    """The bytes :func:`atomic_write_json` writes for ``obj``."""
+    return json_bytes(obj, indent=indent, sort_keys=True)
 
 
-def _kernel_copy(src_fd: int, dst_fd: int, hasher: StagedHasher) -> None:
-    """Copy src to dst in 4 MiB in-kernel steps (copy_file_range, else sendfile, else read/write), telling
-    ``hasher`` about each step so it hashes step k while the kernel copies step k+1."""
-    offset = 0
-    step = getattr(os, "copy_file_range", None)
-    while True:
+def _concurrently(calls: Sequence[Callable[[], None]]) -> None:
+    """Run ``calls`` at once (threads), wait for all, re-raise the first failure. Concurrent fsyncs on one
+    filesystem share a journal commit: two took one's time here (bench/NOTES-registry.md)."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], None]) -> None:
         try:
-            if step is not None:
-                n = step(src_fd, dst_fd, CHUNK)
-            else:
-                n = os.sendfile(dst_fd, src_fd, None, CHUNK)
+            call()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(c,), name="fsync") for c in calls[1:]]
+    for t in threads:
+        t.start()
+    if calls:
+        run(calls[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def write_files_atomic(files: Sequence[tuple[Path, bytes]], *, sync_first: Sequence[Path] = ()) -> None:
+    """Write small files atomically, made visible and durable in the order given.
+
+    Every temp file is written, then all are fsync'd at once together with the directories ``sync_first`` (the
+    caller's earlier renames, e.g. the blobs a record names: durable before the record's rename); only then is
+    each file renamed and its directory fsync'd before the next one is renamed. So what ``atomic_write_json``
+    file by file guarantees still holds (a crash leaves each file old or new, and a later file never new while an
+    earlier one is old), with two journal commits fewer. Failures are plain ``OSError``s; no temp file stays."""
+    staged: list[tuple[int | None, str, Path]] = []
+    try:
+        for dest, data in files:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = create_temp(dest.parent, prefix=temp_prefix(dest.name))
+            staged.append((fd, tmp, dest))
+            view = memoryview(data)
+            done = 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        _concurrently([functools.partial(os.fsync, fd) for fd, _, _ in staged if fd is not None]
+                      + [functools.partial(fsync_dir, d) for d in sync_first])
+        for i, (fd, tmp, dest) in enumerate(staged):
+            if fd is not None:
+                os.close(fd)
+                staged[i] = (None, tmp, dest)
+        while staged:
+            _, tmp, dest = staged[0]
+            os.replace(tmp, dest)
+            staged.pop(0)
+            fsync_dir(dest.parent)
+    finally:
+        for fd, tmp, _ in staged:
+            if fd is not None:
+                os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _copy_inline(src_fd: int, dst_fd: int, where: Path) -> tuple[str, int]:
+    """Copy a small file through one buffer, hashing each piece in this thread after it was written."""
+    h = hashlib.sha256()
+    buf = bytearray(BUFFER)
+    view = memoryview(buf)
+    size = 0
+    while n := os.readv(src_fd, [buf]):
+        piece = view[:n]
+        done = 0
+        try:
+            while done < n:
+                done += os.write(dst_fd, piece[done:done + WRITE_PIECE])
         except OSError as e:
-            # copy_file_range refuses some pairs (across filesystems on older kernels, special files);
-            # sendfile covers those, and plain read/write whatever is left.
-            if offset == 0 and errno.errorcode.get(e.errno) in _NO_KERNEL_COPY:
-                if step is not None:
-                    step = None
-                    continue
-                buf = bytearray(WRITE_CHUNK)
-                while got := os.readv(src_fd, [buf]):
-                    view = memoryview(buf)[:got]
-                    done = 0
-                    while done < got:
-                        done += os.write(dst_fd, view[done:])
-                    hasher.written(offset, got)
-                    offset += got
-                return
-            raise
-        if n == 0:
-            return
-        hasher.written(offset, n)
-        offset += n
+            raise DestinationError(where, e) from e
+        h.update(piece)
+        size += n
+    return h.hexdigest(), size
+
+
+def _copy(src_fd: int, dst_fd: int, where: Path, size_hint: int) -> tuple[str, int]:
+    """Copy src to dst in one pass, hashing the bytes written: (hex, size). Source errors are plain OSErrors,
+    destination errors :class:`DestinationError` naming ``where``."""
+    if size_hint <= BUFFER:
+        return _copy_inline(src_fd, dst_fd, where)
+    with StagedHasher() as hasher:
+        writer = HashingWriter(dst_fd, hasher, where)
+        writer.pump(lambda buf: os.readv(src_fd, [buf]))
+        return hasher.hexdigest(), writer.size
 
 
 def stage_copy(src: Path, directory: Path, dest: Path | None = None) -> tuple[Path, str, int]:
-    """Copy ``src`` into a temp file in ``directory`` in-kernel (copy_file_range, as cp does) while a second
-    thread hashes *the copy* range by range, then fsync it. Returns (temp path, hex, size); the caller checks
-    the digest and then :func:`commit`s or unlinks. Hashing the staged bytes is at least as strong as hashing
-    the source; overlapping it with the copy took local put from 0.5x to ~0.9x of cp+sync (NOTES-registry).
+    """Copy ``src`` into a temp file in ``directory`` in one pass (each byte read once, written once, and hashed
+    from the buffer it was written from, in a second thread for files over one buffer), then fsync it. Returns
+    (temp path, hex, size); the caller checks the digest and then :func:`commit`s or unlinks. The digest is of the
+    bytes written to the copy, which is at least as strong as hashing the source (bench/NOTES-registry.md).
     Failures on the destination's side raise :class:`DestinationError` naming ``dest`` (else ``directory``);
     the temp file never outlives a failure."""
     where = Path(dest) if dest is not None else Path(directory)
     src_fd = os.open(src, os.O_RDONLY)  # the source first: its errors are plain OSErrors naming it
     try:
+        size_hint = os.fstat(src_fd).st_size
         try:
             directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = create_temp(directory, prefix=temp_prefix("incoming"))  # 0o666 & ~umask, not 0600
@@ -384,15 +435,7 @@ def stage_copy(src: Path, directory: Path, dest: Path | None = None) -> tuple[Pa
             try:
                 if hasattr(os, "posix_fadvise"):
                     os.posix_fadvise(src_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                with StagedHasher(fd) as hasher:
-                    try:
-                        _kernel_copy(src_fd, fd, hasher)
-                    except OSError as e:
-                        if e.errno in _DEST_ERRNOS:
-                            raise DestinationError(where, e) from e
-                        raise
-                    hexdigest = hasher.hexdigest()
-                    size = hasher.size
+                hexdigest, size = _copy(src_fd, fd, where, size_hint)
                 try:
                     os.fsync(fd)
                 except OSError as e:
@@ -407,9 +450,11 @@ def stage_copy(src: Path, directory: Path, dest: Path | None = None) -> tuple[Pa
     return Path(tmp), hexdigest, size
 
 
-def commit(tmp: Path, dest: Path, *, overwrite: bool = True) -> None:
+def commit(tmp: Path, dest: Path, *, overwrite: bool = True, sync_dir: bool = True) -> None:
     """Rename a staged temp file onto ``dest`` and fsync the directory (or drop it if ``dest`` exists and
-    ``overwrite`` is False: content-addressed names)."""
+    ``overwrite`` is False: content-addressed names). ``sync_dir=False`` leaves the directory's fsync to the
+    caller, who must make it before anything naming ``dest`` is written (``write_files_atomic``' ``sync_first``):
+    one fsync for all the blobs of a record instead of one each."""
     if not overwrite and dest.exists():
         os.unlink(tmp)
         return
@@ -418,4 +463,5 @@ def commit(tmp: Path, dest: Path, *, overwrite: bool = True) -> None:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise DestinationError(dest, e) from e
-    fsync_dir(dest.parent)
+    if sync_dir:
+        fsync_dir(dest.parent)

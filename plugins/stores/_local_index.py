@@ -203,7 +203,7 @@ class LocalIndex:
     plans as damaged, not up to date. ``note`` says why there is no index (the store does not exist yet)."""
 
     def __init__(self, raw: bytes | None, data: dict | None = None, *, verify: Verifier | None = None,
-                 note: str = "") -> None:
+                 note: str = "", witness: Callable[[dict], tuple[str, ...]] | None = None) -> None:
         if data is None:
             data = parse_index(raw) if raw else None
         self._data = data if data is not None else empty_index()
@@ -211,6 +211,7 @@ class LocalIndex:
         self._token = sha256_of(raw) if raw else "empty"
         self._verify = verify
         self.note = note
+        self._witness = witness
 
     @property
     def data(self) -> dict:
@@ -248,3 +249,8 @@ class LocalIndex:
 
     def state_token(self) -> str:
         return self._token
+
+    def witness(self) -> tuple[str, ...]:
+        """``contracts.store.StateWitness``: the files the store says this index was read from and checked
+        against (empty: no store to witness, nothing is kept)."""
+        return self._witness(self._data) if self._witness is not None else ()

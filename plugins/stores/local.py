@@ -14,11 +14,13 @@ identity is their build key, which is also the record key of a build key with no
 an older client (``meta/<build_key>.json``, an index keyed by build keys) reads as it is, with nothing rewritten.
 A re-gated engine (same build key, other gate settings) is a second record with the same engine digest.
 
-Publishing writes the blobs first (temp file in the same dir, fsync, rename, fsync dir), then takes the lock,
-writes the metadata file and the index last. A crash leaves at worst an unreferenced blob, never an index entry
-pointing at a missing or partial file. ``index.json`` is derived from ``meta/``: every read checks that the two
-name the same record keys and repairs the index from the records when they do not (a crash between writing a
-record and the index must not hide the artifact for good); ``rebuild_index()`` recreates it outright.
+Publishing writes the blobs first (temp file in the same dir, fsync, rename), then takes the lock, writes the
+metadata file and the index last: their temp files are fsync'd together with the blobs' directory (so every blob
+name is durable before anything names it), then the metadata file is renamed (and its directory fsync'd), then the
+index. A crash leaves at worst an unreferenced blob, never an index entry pointing at a missing or partial file.
+``index.json`` is derived from ``meta/``: every read checks that the two name the same record keys and repairs the
+index from the records when they do not (a crash between writing a record and the index must not hide the artifact
+for good); ``rebuild_index()`` recreates it outright.
 
 Each index record holds the sha256 of its metadata file as written; reading a record checks it, so metadata
 edited after publishing (say, another engine's digest) is never served as a wrong engine.
@@ -82,7 +84,9 @@ from trt_orchestrator_plugins.stores._atomic import (
     commit,
     remove_stale_temps,
     stage_copy,
+    store_json,
     write_error,
+    write_files_atomic,
 )
 from trt_orchestrator_plugins.stores._local_index import (
     HEX,
@@ -166,8 +170,9 @@ class LocalStore:
     # ---- publish -----------------------------------------------------------------------------------------
     def _store_blob(self, src: Path, expected: str | None, what: str,
                     mismatch: Callable[[str], IntegrityError] | None = None) -> tuple[str, int]:
-        """Copy ``src`` into blobs/ (in-kernel copy, the copy hashed and fsync'd, renamed to its content address).
-        A copy whose digest is not ``expected`` is dropped: ``mismatch(actual)`` (else an engine's error) says so."""
+        """Copy ``src`` into blobs/ in one pass (read, written and hashed from one buffer), fsync'd, renamed to its
+        content address. A copy whose digest is not ``expected`` is dropped: ``mismatch(actual)`` (else an engine's
+        error) says so."""
         try:
             tmp, hexdigest, size = stage_copy(src, self.blobs)
         except DestinationError as e:
@@ -183,9 +188,10 @@ class LocalStore:
             raise IntegrityError(
                 f"{what}: file {src} has {digest} but its metadata says {expected}",
                 hint="the engine changed after its metadata was built; rebuild the metadata from this file")
-        # content-addressed: an existing blob of that name has the same bytes (verified on every read)
+        # content-addressed: an existing blob of that name has the same bytes (verified on every read); blobs/ is
+        # fsync'd once for all of a record's blobs, before the record is renamed into place (_put)
         try:
-            commit(tmp, self.blobs / hexdigest, overwrite=False)
+            commit(tmp, self.blobs / hexdigest, overwrite=False, sync_dir=False)
         except DestinationError as e:
             raise write_error(f"a blob of {what}", e) from None
         return digest, size
@@ -255,9 +261,10 @@ class LocalStore:
             meta["published_at"] = utc_now()
             if attachments:
                 meta["attachments"] = attachments
-            raw = atomic_write_json(meta_path, meta, indent=1)
+            raw = store_json(meta, indent=1)
             add_to_index(index, meta, sha256_of(raw))
-            atomic_write_json(self.index_path, index)
+            # every blob name durable (one fsync of blobs/, with the two temp files), then the record, then the index
+            write_files_atomic([(meta_path, raw), (self.index_path, store_json(index))], sync_first=[self.blobs])
         return self._stored(meta)
 
     def _inherited(self, meta: dict, have: list[dict]) -> list[dict]:
@@ -418,15 +425,16 @@ class LocalStore:
         exist is an empty index whose ``note`` says so."""
         if not self.root.exists():
             return LocalIndex(None, note=f"the local store {self.root} does not exist yet: it is created by the "
-                                         "first `orchestrate publish`")
+                                         "first `orchestrate publish`", witness=self._witness)
         if not self.root.is_dir():
             self.require_existing()
         raw = self._read_index_bytes()
         if raw is None and not self.meta_dir.is_dir():
-            return LocalIndex(None, verify=self._verify)  # no record yet: reading never creates anything
+            # no record yet: reading never creates anything
+            return LocalIndex(None, verify=self._verify, witness=self._witness)
         current = parse_index(raw)
         if current is not None and self._consistent(current):
-            return LocalIndex(raw, current, verify=self._verify)
+            return LocalIndex(raw, current, verify=self._verify, witness=self._witness)
         try:
             with self._lock():
                 index = self._load_index_locked()
@@ -434,7 +442,21 @@ class LocalStore:
         except (OSError, DestinationError):  # read-only store, or the lock cannot be taken: repair in memory
             index = self._rebuild(current if current is not None else salvage(raw))
             raw = json.dumps(index, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        return LocalIndex(raw, index, verify=self._verify)
+        return LocalIndex(raw, index, verify=self._verify, witness=self._witness)
+
+    def _witness(self, index: dict) -> tuple[str, ...]:
+        """What ``index()`` read (``contracts.store.StateWitness``): the store folder, its index, the records'
+        folder (records added or removed), each address's newest record and engine (``_verify`` reads them),
+        each damaged record (``_consistent`` reads it). Temp files and the lock are not state."""
+        paths = [self.root, self.index_path, self.meta_dir, self.blobs]
+        try:
+            for entry in index.get("latest", {}).values():
+                paths.append(self._meta_path(entry.get("record_key") or entry["build_key"]))
+                paths.append(self.blob_path(entry["digest"]))
+            paths.extend(self._meta_path(key) for key in index.get("damaged", {}))
+        except (KeyError, TypeError, ValueError, StoreError):
+            return ()  # an entry this cannot name a file of: witness nothing (every plan reads the store)
+        return tuple(str(p) for p in paths)
 
     def get(self, digest: str, dest: Path) -> StoredArtifact:
         """The engine of the newest sound record with this engine digest (a re-gated engine has several)."""

@@ -68,8 +68,9 @@ empty registry. HTTP itself (credentials, auth challenges, urllib3's retries, th
 ``ORCHESTRATE_REGISTRY_TIMEOUT``) is ``_registry_http``'s.
 
 Transfers stream: oras-py's push reads the whole file into memory (229 MB RSS for a 200 MB engine), so blobs
-go up as POST + one streamed ``PUT ?digest=`` and come down through one reused 1 MiB buffer into a temp file
-next to the destination, hashed in a second thread as it is written and verified before the rename; a failure
+go up as POST + one streamed ``PUT ?digest=`` (1 MiB pieces from one reused buffer, with Content-Length; the
+registry checks the digest) and come down through a pool of 1 MiB buffers into a temp file next to the
+destination, each buffer hashed in a second thread right after it was written, verified before the rename; a failure
 writing the destination (full disk, read-only, permissions) is a ``StoreError`` naming it, leaving no file.
 Nothing of oras-py is used.
 """

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.app import gating, pipeline
 from orchestrator.core.plan import plan_from_json
 from orchestrator.errors import PlanError
-from orchestrator.run.executor import read_result
+from orchestrator.run.workspace import read_result
 from tests.app.test_pipeline import CPU_RUNNER, FP32, _load, _write_project
 from tests.conftest import make_tiny_model
 

@@ -60,6 +60,8 @@ def repo(tmp_path: Path) -> Path:
     git(root, "init", "-q")
     for name in ("committed", "lfs", "ignored"):
         make_tiny_model(root / "manifests" / "models" / f"{name}.onnx")  # validate reads it: text is no model
+    # the tool's own repository (or a fork): what the default tool spec `.[extras]` installs in every job
+    (root / "pyproject.toml").write_text('[project]\nname = "trt-orchestrator"\nversion = "0.1.0"\n')
     (root / ".gitignore").write_text("manifests/models/ignored.onnx\n")
     (root / ".gitattributes").write_text("manifests/models/lfs.onnx filter=lfs diff=lfs merge=lfs -text\n")
     url = model_entry("fetched")
@@ -104,6 +106,21 @@ def test_outside_a_git_repository_it_says_it_cannot_tell(repo: Path):
     proc = orchestrate(repo, "ci", "github", "manifests/fleet.yaml")
     assert proc.returncode == 0
     assert "not a git repository: cannot tell whether the model files are committed" in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab"])
+def test_a_repository_that_only_uses_the_tool_is_told_to_pin_it(repo: Path, kind: str):
+    """Without a pyproject.toml the default `.[extras]` would fail every job's first step: said at generation,
+    with the fix; a pinned --tool-spec needs no warning."""
+    (repo / "pyproject.toml").unlink()
+    write(repo, "clean.yaml", [model_entry("committed")], registry={"store": "oci", "url": "ghcr.io/acme/engines"})
+    proc = orchestrate(repo, "ci", kind, "manifests/clean.yaml")
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert "would install '.[oci,ort]'" in warning and "no pyproject.toml" in warning, proc.stderr
+    assert "--tool-spec 'trt-orchestrator[ort,oci]==VERSION'" in proc.stderr
+    pinned = orchestrate(repo, "ci", kind, "manifests/clean.yaml", "--tool-spec", "trt-orchestrator[oci,ort]==0.1.0")
+    assert pinned.returncode == 0 and "warning" not in pinned.stderr, pinned.stderr
 
 
 def test_by_default_jobs_install_this_repository_at_the_workflows_commit(repo: Path):

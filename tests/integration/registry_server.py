@@ -288,16 +288,26 @@ class StaticHttp(_Served):
 class RegistryProxy(_Served):
     """Forwards every request to ``upstream`` (host:port) except paths in ``refuse`` (answered 404 with the
     distribution error body, as a registry that does not serve them) and requests whose "METHOD path" contains
-    one of ``hang`` (never answered, until the proxy stops); ``seen`` lists "METHOD path" asked."""
+    one of ``hang`` (never answered, until the proxy stops); ``seen`` lists "METHOD path" asked.
+
+    ``throttle_match``: only requests whose "METHOD path" contains it count for ``throttle`` (default: all).
+    ``body_damage(request, body)``: the bytes to send instead of a GET answer's ``body`` (``request`` is "METHOD
+    path"); the upstream's Content-Length is kept, so fewer bytes is a body cut mid-stream (the proxy then closes
+    the connection, as a dropped link does). ``uploads`` lists ("METHOD path", Content-Length, Transfer-Encoding,
+    bytes received) of every PUT/PATCH/POST."""
 
     def __init__(self, upstream: str, refuse: tuple[str, ...] = ("/v2/_catalog",), hang: tuple[str, ...] = (),
-                 throttle: int = 0, throttle_status: int = 429, retry_after: str | None = None) -> None:
+                 throttle: int = 0, throttle_status: int = 429, retry_after: str | None = None,
+                 throttle_match: str = "", body_damage=None) -> None:
         self.upstream = upstream
         self.refuse = refuse
         self.hang = hang
         self.throttle = throttle  # the first N requests are answered throttle_status (with Retry-After if given)
         self.throttle_status = throttle_status
         self.retry_after = retry_after
+        self.throttle_match = throttle_match
+        self.body_damage = body_damage
+        self.uploads: list[tuple[str, str | None, str | None, int]] = []
         self.times: list[float] = []  # time.monotonic() of each request, in order
         self.seen: list[str] = []
         self._lock = threading.Lock()
@@ -309,12 +319,15 @@ class RegistryProxy(_Served):
                 with owner._lock:
                     owner.seen.append(f"{self.command} {self.path}")
                     owner.times.append(time.monotonic())
-                    throttled = owner.throttle > 0
+                    throttled = owner.throttle > 0 and owner.throttle_match in f"{self.command} {self.path}"
                     owner.throttle -= 1 if throttled else 0
                 if throttled:
                     length = int(self.headers.get("Content-Length") or 0)
-                    if length:
-                        self.rfile.read(length)
+                    got = len(self.rfile.read(length)) if length else 0
+                    if self.command in ("PUT", "PATCH", "POST"):
+                        with owner._lock:
+                            owner.uploads.append((f"{self.command} {self.path}", self.headers.get("Content-Length"),
+                                                  self.headers.get("Transfer-Encoding"), got))
                     raw = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}'
                     self.send_response(owner.throttle_status)
                     if owner.retry_after is not None:
@@ -330,6 +343,10 @@ class RegistryProxy(_Served):
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if self.command in ("PUT", "PATCH", "POST"):
+                    with owner._lock:
+                        owner.uploads.append((f"{self.command} {self.path}", self.headers.get("Content-Length"),
+                                              self.headers.get("Transfer-Encoding"), len(body or b"")))
                 if self.path.split("?", 1)[0] in owner.refuse:
                     raw = b'{"errors":[{"code":"NOT_FOUND","message":"not served here"}]}'
                     self.send_response(404)
@@ -349,8 +366,13 @@ class RegistryProxy(_Served):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                sent = data
+                if self.command == "GET" and owner.body_damage is not None:
+                    sent = owner.body_damage(f"{self.command} {self.path}", data)
                 if self.command != "HEAD":
-                    self.wfile.write(data)
+                    self.wfile.write(sent)
+                if len(sent) < len(data):
+                    self.close_connection = True  # the rest never comes: a link dropped mid-body
                 conn.close()
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = _forward

@@ -22,7 +22,8 @@ from typing import cast
 import pytest
 
 from orchestrator.core.graph import Node
-from orchestrator.run.executor import StepOutcome, StepTask, Workspace, read_result
+from orchestrator.run.executor import StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace, read_result
 
 REPO = Path(__file__).resolve().parents[2]
 CHAIN = 60  # prepare_i -> build_i pairs: 120 completions raced per run
@@ -58,7 +59,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from orchestrator.core.resolve import topological_order
-from orchestrator.run.executor import Executor, Workspace
+from orchestrator.run.executor import Executor
+from orchestrator.run.workspace import Workspace
 from tests.integration.test_cache_dir_sharing import graph, step_at
 nodes = graph(int(sys.argv[4]))
 order = topological_order(nodes)

@@ -45,7 +45,7 @@ except ImportError:
 
 from orchestrator import plugins
 from orchestrator.core.model import RegistryConfig
-from orchestrator.run.executor import read_result
+from orchestrator.run.workspace import read_result
 from tests.conftest import make_tiny_model
 from tests.run.procs import kill_all, survivors, with_env
 

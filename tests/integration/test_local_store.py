@@ -133,7 +133,7 @@ def test_delete_and_rebuild_index(store, tmp_path):
 
 
 def test_multi_chunk_engine_round_trips_byte_exact_and_leaves_no_temp(store, tmp_path):
-    # 9 MiB + 123 B: three 4 MiB copy/hash steps, the last one short (the hasher trails the kernel copy).
+    # 9 MiB + 123 B: ten 1 MiB buffers through the pool of eight, the last one short (the hasher trails the copy).
     files = make_artifact(tmp_path / "b", size=9 * 1024 * 1024 + 123, log=False)
     stored = store.put(files)
     assert store.blob_path(stored.digest).read_bytes() == files.engine.read_bytes()
@@ -154,12 +154,12 @@ from registry_server import make_artifact
 from orchestrator.core.model import RegistryConfig
 from trt_orchestrator_plugins.stores import local
 
-real = local.atomic_write_json
-def crash_on_the_index(dest, obj, **kw):
+real = os.replace
+def crash_on_the_index(src, dest):
     if Path(dest).name == "index.json":
-        os._exit(137)  # the process dies right after the record was written, before the index
-    return real(dest, obj, **kw)
-local.atomic_write_json = crash_on_the_index
+        os._exit(137)  # the process dies right after the record was renamed into place, before the index
+    return real(src, dest)
+os.replace = crash_on_the_index
 store = local.LocalStore(RegistryConfig(store="local", path=sys.argv[1]))
 store.put(make_artifact(Path(sys.argv[2]), precision="fp32"))
 """

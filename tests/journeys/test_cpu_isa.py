@@ -100,8 +100,8 @@ def test_under_cpu_match_isa_a_verdict_from_another_instruction_set_is_re_gated(
     assert {c["status"] for c in cpu.values()} == {"regate"}
     missing = sorted(set(linux_cpuinfo) - set(other.split(",")))
     assert missing
-    assert {f"gate: deploy.cpu_isa.{f}: true -> (absent)" for f in missing} <= set(cpu[CPU_CELL]["changes"])
-    assert "gate: deploy.cpu_match: (absent) -> isa" not in cpu[CPU_CELL]["changes"]  # only the ISA differs
+    assert {f"gate.deploy.cpu_isa.{f}: true -> (absent)" for f in missing} <= set(cpu[CPU_CELL]["changes"])
+    assert "gate.deploy.cpu_match: (absent) -> isa" not in cpu[CPU_CELL]["changes"]  # only the ISA differs
     assert {c["status"] for c in plan["cells"] if c["target"] != "cpu"} == {"up-to-date"}
     explained, _ = published_copy.run_json("explain", CPU_CELL, str(manifest), env_extra=env)
     assert explained["gate_inputs"]["deploy"] == {"gpu_match": "cc", "cpu_match": "isa",
@@ -119,7 +119,7 @@ def test_under_cpu_match_isa_a_verdict_from_another_instruction_set_is_re_gated(
         [(c["address"], c["status"], c["changes"]) for c in here["cells"]]
     statuses = {c["address"]: c["status"] for c in here["cells"]}
     assert statuses.pop(CPU_CELL) == "regate" and set(statuses.values()) == {"up-to-date"}
-    assert "gate: deploy.cpu_match: isa -> (absent)" in _cpu_cells(here)[CPU_CELL]["changes"]
+    assert "gate.deploy.cpu_match: isa -> (absent)" in _cpu_cells(here)[CPU_CELL]["changes"]
 
 
 def test_a_misspelt_declared_feature_is_a_usage_error(published_copy):

@@ -10,14 +10,8 @@ from typing import cast
 
 from orchestrator.core.graph import Node
 from orchestrator.core.resolve import topological_order
-from orchestrator.run.executor import (
-    Executor,
-    RunSummary,
-    StepOutcome,
-    StepTask,
-    Workspace,
-    read_result,
-)
+from orchestrator.run.executor import Executor, RunSummary, StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace, read_result
 
 # -- steps (top level: worker processes unpickle them by name) -------------------------------------------------
 

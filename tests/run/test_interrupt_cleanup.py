@@ -10,7 +10,8 @@ import pytest
 
 from orchestrator.core.graph import Node
 from orchestrator.run import executor as executor_module
-from orchestrator.run.executor import Executor, StepOutcome, StepTask, Workspace
+from orchestrator.run.executor import Executor, StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace
 
 
 def _nodes() -> dict[str, Node]:

@@ -14,8 +14,9 @@ import pytest
 
 from orchestrator.core.graph import Node
 from orchestrator.core.resolve import topological_order
-from orchestrator.run import executor
-from orchestrator.run.executor import Executor, StepOutcome, StepTask, Workspace, read_result
+from orchestrator.run import workspace
+from orchestrator.run.executor import Executor, StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace, read_result
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "m" + "x" * 299  # 300 characters: a valid manifest name ([a-z0-9][a-z0-9._-]*)
@@ -67,7 +68,7 @@ def test_a_300_character_model_and_target_name_builds_through_the_executor(tmp_p
 
 
 def test_safe_path_part_keeps_short_names_and_hashes_long_ones():
-    safe_path_part = executor.safe_path_part
+    safe_path_part = workspace.safe_path_part
     assert safe_path_part("build:tiny/fp32/default@cpu+ort1.31") == "build_tiny_fp32_default@cpu+ort1.31"
     long_a, long_b = "a" * 400 + "1", "a" * 400 + "2"
     part_a, part_b = safe_path_part(long_a), safe_path_part(long_b)

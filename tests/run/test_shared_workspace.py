@@ -14,7 +14,8 @@ from typing import cast
 
 from orchestrator.core.graph import Node
 from orchestrator.core.resolve import topological_order
-from orchestrator.run.executor import Executor, StepOutcome, StepTask, Workspace, clean_stale_tmp, read_result
+from orchestrator.run.executor import Executor, StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace, clean_stale_tmp, read_result
 
 
 def _nodes() -> dict[str, Node]:

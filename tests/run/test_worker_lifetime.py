@@ -39,7 +39,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from orchestrator.core.graph import Node
-from orchestrator.run.executor import Executor, Workspace
+from orchestrator.run.executor import Executor
+from orchestrator.run.workspace import Workspace
 from tests.run.test_worker_lifetime import step_linger
 nodes = {f"build:{i}": Node(f"build:{i}", "build", (), f"key-{i}", address=str(i)) for i in range(2)}
 ex = Executor(Workspace(Path(sys.argv[2])), {"build": step_linger}, lambda node: ({"marks": sys.argv[3]}, None),

@@ -72,7 +72,7 @@ def test_create_temp_is_exclusive_and_readable_writable(tmp_path: Path):
     try:
         assert Path(path).parent == tmp_path and Path(path).name.startswith(".x.") and path.endswith(".tmp")
         os.write(fd, b"abc")
-        assert os.pread(fd, 3, 0) == b"abc"  # the stores' hasher reads the staged file back through the same fd
+        assert os.pread(fd, 3, 0) == b"abc"  # open for reading too, as mkstemp's
     finally:
         os.close(fd)
 

@@ -119,7 +119,7 @@ def test_under_isa_a_verdict_from_another_instruction_set_plans_as_a_re_gate_nam
     entries = {e.address: e for e in plan_against(here, published, "s").entries}
     assert entries[CPU].status == "regate" and entries[CPU].build_key == there.cell(CPU).build_key
     # each feature that differs is named
-    assert set(entries[CPU].changes) == {f"gate: deploy.cpu_isa.{f}: true -> (absent)" for f in set(AVX512) - set(AVX2)}
+    assert set(entries[CPU].changes) == {f"gate.deploy.cpu_isa.{f}: true -> (absent)" for f in set(AVX512) - set(AVX2)}
     assert here.cell(CPU).gate_inputs["deploy"] == {"gpu_match": "cc", "cpu_match": "isa",
                                                     "cpu_isa": {f: True for f in AVX2}}
     assert entries[GPU].status == "up-to-date"  # a GPU engine's verdict does not depend on the CPU

@@ -9,7 +9,8 @@ import pytest
 
 from orchestrator.core.graph import Node
 from orchestrator.core.resolve import topological_order
-from orchestrator.run.executor import Executor, StepOutcome, StepTask, Workspace, clean_stale_tmp, read_result
+from orchestrator.run.executor import Executor, StepOutcome, StepTask
+from orchestrator.run.workspace import Workspace, clean_stale_tmp, read_result
 
 
 def _graph() -> dict[str, Node]:

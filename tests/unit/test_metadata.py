@@ -144,3 +144,32 @@ def test_store_added_fields_are_allowed():
     meta["published_at"] = "2026-11-21T10:01:00.123456Z"
     meta["attachments"] = [{"name": "build.log", "role": "log", "digest": f"sha256:{ENGINE_HEX}", "size": 3}]
     validate_metadata(meta)
+
+
+def test_the_shipped_artifact_schema_is_a_valid_2020_12_schema():
+    """Checked here rather than when the validator is built (that cost every publishing or reading process ~80 ms)."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("orchestrator.schemas").joinpath("artifact-v1.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_building_the_validator_does_not_check_the_schema_against_the_metaschema(monkeypatch):
+    """That check ran in every publishing or reading process (issue 24, registry row); the test above does it."""
+    import jsonschema
+
+    from orchestrator import metadata
+
+    def refuse(schema) -> None:
+        raise AssertionError("check_schema ran while building the metadata validator")
+
+    monkeypatch.setattr(jsonschema.Draft202012Validator, "check_schema", staticmethod(refuse))
+    metadata._validator.cache_clear()
+    try:
+        metadata._validator()
+    finally:
+        metadata._validator.cache_clear()
