@@ -89,3 +89,26 @@ def test_a_transformed_cell_refits_when_only_what_derives_from_the_weights_moved
     assert change is not None and (change.changed, change.total) == (1, 3)
     other_settings = {**new, "transform": {**new["transform"], "settings": {"keep_io_types": False}}}
     assert refit_change(old, other_settings) is None
+
+
+def test_a_weights_key_part_is_spliced_as_its_plain_definition_and_embedded_keys_do_not_move():
+    """resolve() adds ``weights`` to the cached JSON of the other key parts (issue 24's splicing): for stripped and
+    refittable targets the key is the digest of the key inputs, byte for byte; an embedded target has no such field,
+    so its key is the one it had before weights modes."""
+    from orchestrator.core.keys import build_key
+
+    def cells(mode: str) -> dict:
+        m = manifest([model("det", precs=("fp32", "fp16"))], [target("a", ccs=("8.6",), weights=mode),
+                                                              target("b", ccs=("8.9",), weights="refittable")])
+        return {c.address: c for c in _graph(m, digest="sha256:" + "1" * 64).cells}
+
+    embedded, stripped = cells("embedded"), cells("stripped")
+    assert len(embedded) == 4
+    for address, c in stripped.items():
+        assert c.build_key == build_key(c.key_inputs)
+        if "@sm86" in address:
+            assert "weights" not in embedded[address].key_inputs
+            assert c.key_inputs == {**embedded[address].key_inputs, "weights": "stripped"}
+            assert c.build_key != embedded[address].build_key
+        else:
+            assert c.key_inputs["weights"] == refit_inputs(GRAPH, WEIGHTS)
