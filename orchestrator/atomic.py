@@ -12,10 +12,12 @@ would be private to us (issue 22.3): :func:`create_temp` makes the temp file the
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.errors import NoSpaceError
@@ -84,7 +86,13 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    write_chunks_atomic(path, (data,))
+
+
+def write_chunks_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> str:
+    """Write ``chunks`` (a large file, streamed) atomically; returns ``sha256:<hex>`` of what was written."""
     target = Path(path)
+    digest = hashlib.sha256()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = create_temp(target.parent, prefix=f".{target.name}.")
@@ -95,7 +103,9 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         raise
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                digest.update(chunk)
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -106,6 +116,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
             raise full from e
         raise
     fsync_dir(target.parent)
+    return "sha256:" + digest.hexdigest()
 
 
 def json_bytes(data, *, indent: int | None = 2, sort_keys: bool = False) -> bytes:

@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from orchestrator.atomic import write_json_atomic
 from orchestrator.errors import BuildError
+from orchestrator.weights_file import STRUCTURE_VERSION, structure
 
 CHUNK = 8 * 1024 * 1024
 _PARALLEL_MIN = 1024 * 1024  # below this a thread costs more than it saves
@@ -339,6 +340,19 @@ class DigestCache:
             _check_external_file(need, int(self.entries[p]["stat"][0]), label)
             parts.append(f"{os.path.basename(p)}={file_digest}")
         return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def model_structure(self, path: str, digest: str) -> tuple[str, dict[str, str]]:
+        """The model's graph digest (weights data removed) and each weight's digest
+        (``weights_file.structure``), computed once per model digest and kept in the cache: what plans ``~ refit``."""
+        key = f"structure:{STRUCTURE_VERSION}:{digest}"
+        entry = self.entries.get(key)
+        if not (isinstance(entry, dict) and isinstance(entry.get("graph"), str)
+                and isinstance(entry.get("initializers"), dict)):
+            found = structure(Path(path))
+            entry = {"graph": found.graph, "initializers": dict(found.initializers)}
+            self.entries[key] = entry
+            self.dirty = True
+        return str(entry["graph"]), {str(k): str(v) for k, v in entry["initializers"].items()}
 
     def save(self) -> None:
         if not self.dirty or self.path is None:

@@ -15,6 +15,7 @@ Tree::
     ├── RunnerMismatchError            exit 1   this runner's fingerprint cannot do the shard's work
     ├── BuildError                     exit 1   a builder or transform failed on one node
     ├── GateError                      exit 1   a gate could not run (not: a gate that ran and failed)
+    ├── RefitError                     exit 1   a deployment's refit failed or does not match its gate's outputs
     ├── StoreError                     exit 1   a registry/store operation failed
     │   ├── InvalidMetadataError       exit 1   artifact metadata does not match the artifact-v1 schema
     │   ├── IntegrityError             exit 1   stored bytes do not match their digest
@@ -142,6 +143,11 @@ class BuildError(OrchestratorError):
 
 class GateError(OrchestratorError):
     pass
+
+
+class RefitError(OrchestratorError):
+    """A stripped engine could not be refitted at deployment, or the refitted engine does not reproduce the outputs
+    its gate recorded (``pull``, ``pull --all``, ``export triton``): nothing was written."""
 
 
 class StoreError(OrchestratorError):

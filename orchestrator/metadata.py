@@ -23,12 +23,13 @@ from orchestrator.core.artifact import (
     index_entry,
     provenance_statement,
 )
+from orchestrator.core.weights import weights_record
 from orchestrator.digests import hash_file
 from orchestrator.errors import InvalidMetadataError
 
 __all__ = ["ENGINE_MEDIA_TYPE", "METADATA_MEDIA_TYPE", "ONNX_ENGINE_MEDIA_TYPE", "EngineFile", "GateSummary",
            "InvalidMetadataError", "build_metadata", "engine_file", "index_entry", "new_metadata",
-           "model_io", "provenance_statement", "utc_now", "validate_metadata"]
+           "model_io", "new_weights_metadata", "provenance_statement", "utc_now", "validate_metadata"]
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -59,13 +60,23 @@ def model_io(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             "outputs": [tensor(v) for v in graph.output]}
 
 
-def new_metadata(**fields: Any) -> dict[str, Any]:
-    """``core.artifact.build_metadata`` with ``created_at`` and ``invocation_id`` defaulted, then validated."""
+def _stamped(make: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """``make(**fields)`` with ``created_at`` and ``invocation_id`` defaulted, then validated."""
     fields.setdefault("created_at", utc_now())
     fields.setdefault("invocation_id", f"urn:uuid:{uuid.uuid4()}")
-    meta = build_metadata(**fields)
+    meta: dict[str, Any] = make(**fields)
     validate_metadata(meta)
     return meta
+
+
+def new_weights_metadata(**fields: Any) -> dict[str, Any]:
+    """``core.weights.weights_record`` with the clock filled in, validated (a weights record, ``core.weights``)."""
+    return _stamped(weights_record, fields)
+
+
+def new_metadata(**fields: Any) -> dict[str, Any]:
+    """``core.artifact.build_metadata`` with ``created_at`` and ``invocation_id`` defaulted, then validated."""
+    return _stamped(build_metadata, fields)
 
 
 @lru_cache(maxsize=1)

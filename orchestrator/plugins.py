@@ -22,7 +22,7 @@ from typing import Any, Union
 from orchestrator.contracts.builder import Builder, Transform
 from orchestrator.contracts.ci import CIEmitter
 from orchestrator.contracts.identify import Identifier
-from orchestrator.contracts.runtime import Runtime, TritonBackend
+from orchestrator.contracts.runtime import RefitCapability, Runtime, TritonBackend
 from orchestrator.contracts.signer import Signer
 from orchestrator.contracts.store import ExistenceCheck, IndexReader, Store
 from orchestrator.contracts.task import TaskMetric
@@ -223,10 +223,24 @@ def signers() -> list[Signer]:
 
 
 def builder_capabilities(name: str, version: str) -> BuilderCapabilities | None:
-    """Capabilities of a builder version, or None when the plugin is not installed (the check reports it)."""
+    """Capabilities of a builder version, or None when the plugin is not installed (the check reports it). A
+    stripped or refittable engine needs its runtime to refit it (``contracts.runtime.RefitCapability``): where the
+    builder's runtime plugin is installed and cannot, those weights modes are taken away, saying why."""
     if name not in _entry_points(BUILDERS):
         return None
-    return builder(name).capabilities(version)
+    plugin = builder(name)
+    caps = plugin.capabilities(version)
+    refitting = caps.weights_modes - {"embedded"}
+    if refitting and plugin.runtime in _entry_points(RUNTIMES):
+        try:
+            found = runtime(plugin.runtime)
+        except PluginError:
+            return caps
+        if not isinstance(found, RefitCapability):
+            why = f"its runtime plugin {plugin.runtime!r} has no refit (contracts.runtime.RefitCapability)"
+            caps = replace(caps, weights_modes=caps.weights_modes - refitting,
+                           weights_missing_reason={**caps.weights_missing_reason, **dict.fromkeys(refitting, why)})
+    return caps
 
 
 def builder_slug(name: str) -> str:

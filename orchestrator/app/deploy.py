@@ -5,7 +5,9 @@ of an engine is read: ``app.judge`` finds the candidates and judges each (its ow
 
 ``pull`` writes one engine; ``pull_all`` fills a deployment directory for several GPUs at once (what an init
 container runs), and ``choose_per_gpu`` is the per-GPU choice ``export triton`` shares. Output paths are checked
-before the registry is read and tried before any byte is written (``app.outputs``).
+before the registry is read and tried before any byte is written (``app.outputs``). A stripped engine
+(``targets[].weights``) is refitted from its model version's weights blob and checked against its gate's recorded
+outputs before it is written (``app.refit``; ``keep_stripped`` writes it as published).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from orchestrator.app.judge import (
     judge,
     on_platform,
 )
+from orchestrator.app.refit import Refitting
 from orchestrator.contracts.store import Store, StoredArtifact
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
+from orchestrator.core.query import engines as engine_records
 from orchestrator.core.select import Compat, rank_candidates
 from orchestrator.core.versions import parse_cc
 from orchestrator.digests import hash_file
@@ -56,17 +60,20 @@ class PullResult:
     lean_runtime: str | None = None
     lean_runtime_path: Path | None = None
     candidates: tuple[Candidate, ...] = ()  # the rejections, machine-readable (same order)
+    refit: dict[str, Any] | None = None  # a stripped engine refitted at deployment: what was done and checked
     signature: signatures.SignatureCheck | None = None  # who signed it, when a signature was required
 
 
 def fetch_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
     """Write ``chosen``'s engine to ``path`` through the store (which checks its sha256), then check that the
-    store delivered that record and that the engine's own header agrees with its metadata (its runtime plugin's
-    ``verify_engine``); an ``IntegrityError`` removes the file."""
+    store delivered that engine and that the engine's own header agrees with its metadata (its runtime plugin's
+    ``verify_engine``); an ``IntegrityError`` removes the file. Two records may hold the very same bytes (an
+    onnxruntime engine does not depend on the profile set, a stripped one not on the weights): the store may then
+    answer with either record, and the bytes, checked by digest, are the selected engine's all the same."""
     delivered = store.get(chosen.digest, path)
     engine = descriptor(chosen.metadata)
     problem = None
-    if (delivered.digest, delivered.metadata.get("build_key")) != (chosen.digest, chosen.metadata["build_key"]):
+    if delivered.digest != chosen.digest:
         problem = (f"the store delivered {delivered.metadata.get('address')} ({delivered.digest[:19]}) for the "
                    f"selected {chosen.metadata['address']} ({chosen.digest[:19]})")
     problem = problem or plugins.runtime_for(engine).verify_engine(path, engine)
@@ -95,14 +102,15 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
          platform: str | None = None, gpu_model: str | None = None,
          lean_runtime: str | os.PathLike[str] | None = None, allow_cpu: bool = False,
-         require_signature: str | None = None) -> PullResult:
+         require_signature: str | None = None, keep_stripped: bool = False) -> PullResult:
     """Pick the published engine of ``model`` that can run here (or on ``gpu``/``gpu_model``/``runtime``/
     ``platform`` as declared; ``lean_runtime``: the lean runtime library the deployment loads), verify its digest
     and header, and write it to ``out``. A declared GPU is served a CPU engine only with ``allow_cpu``. Decided
     from metadata before any engine byte is read; when nothing fits, ``NoCompatibleEngineError`` lists every
     candidate with the reason it was rejected (``candidates``: machine-readable). ``require_signature`` (else the
     registry's ``signing.require``): the chosen engine's signed provenance must verify against it before anything
-    is written (``app.signatures``)."""
+    is written (``app.signatures``). A stripped engine is refitted and checked before it is written
+    (``app.refit``), unless ``keep_stripped``."""
     check_precision(precision)
     trusted = signatures.required(require_signature, registry)
     if trusted is not None:
@@ -138,18 +146,25 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
                  + (f" ({ALLOW_CPU} accepts a CPU engine for the declared GPU)" if cpu and not allow_cpu else ""))
     chosen = ranking.best.item
     signed = signatures.verify(store, chosen, trusted) if trusted is not None else None
+    refitting = Refitting(store, keep_stripped)
     if path is not None:
         created = outputs.probe_file(path, "-o", str(out))
         try:
-            fetch_verified(store, chosen, path)
+            if refitting.refits(chosen):
+                install_verified(store, chosen, path, refitting)
+            else:
+                fetch_verified(store, chosen, path)
         except BaseException:
             outputs.remove_empty(created)
             raise
+        finally:
+            refitting.close()
     needs = EngineDescriptor.from_json(chosen.metadata).target.lean_runtime
     return PullResult(path=path, metadata=chosen.metadata, reason=ranking.best.compat.reason,
                       rejections=ranking.explanations(), platform=fp.platform, lean_runtime=needs,
                       lean_runtime_path=lean.path if lean is not None and needs else None,
-                      candidates=explained(ranking.explanations(), found), signature=signed)
+                      candidates=explained(ranking.explanations(), found), signature=signed,
+                      refit=refitting.done.get(chosen.digest))
 
 
 # -- deployments: several GPUs at once (``pull --all``, ``export triton``) ------------------------------------------
@@ -191,15 +206,25 @@ def file_digest(path: Path) -> str | None:
     return hash_file(str(path))[0] if path.is_file() else None
 
 
-def install_verified(store: Store, chosen: StoredArtifact, path: Path) -> None:
-    """``fetch_verified`` into a hidden file beside ``path``, renamed over it only once every check passed: a
-    failed check leaves ``path`` as it was."""
+def install_verified(store: Store, chosen: StoredArtifact, path: Path, refitting: Refitting | None = None) -> None:
+    """``fetch_verified`` into a hidden file beside ``path``, renamed over it only once every check passed (a
+    stripped engine refitted and checked first, ``app.refit``): a failed check leaves ``path`` as it was."""
     staging = path.with_name(f".{path.name}.partial")
+    own = refitting is None
+    refitting = refitting or Refitting(store)
     try:
         fetch_verified(store, chosen, staging)
-        os.replace(staging, path)
+        refitting.install(staging, chosen, path)
     finally:
         staging.unlink(missing_ok=True)
+        if own:
+            refitting.close()
+
+
+def holds(path: Path, chosen: StoredArtifact, refitting: Refitting) -> bool:
+    """``path`` already holds the engine ``chosen`` as it would be written (a refitted engine is written again:
+    its bytes are not the published ones)."""
+    return not refitting.refits(chosen) and file_digest(path) == chosen.digest
 
 
 @dataclass(frozen=True)
@@ -287,7 +312,7 @@ class PulledEngine:
     size: int
     path: Path
     ccs: tuple[str | None, ...]
-    status: str  # "written" | "unchanged"
+    status: str  # "written" | "unchanged" | "refitted"
     reason: str
 
     def to_json(self) -> dict[str, Any]:
@@ -302,6 +327,7 @@ class PullAllResult:
     out: Path
     engines: tuple[PulledEngine, ...]
     runtime: str  # the declared runtime, in words
+    blobs: int = 0  # weights blobs fetched to refit stripped engines (once per model version's blob)
     signatures: tuple[signatures.SignatureCheck, ...] = ()  # who signed each engine, when signatures were required
 
     @property
@@ -310,7 +336,7 @@ class PullAllResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"out": str(self.out), "runtime": self.runtime, "changed": self.changed,
-                "engines": [e.to_json() for e in self.engines],
+                "engines": [e.to_json() for e in self.engines], "weights_blobs_fetched": self.blobs,
                 "signatures": [s.to_json() for s in self.signatures]}
 
 
@@ -326,7 +352,8 @@ def engine_filename(meta: Mapping[str, Any], ccs: Sequence[str | None]) -> str:
 def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequence[str], out: str | os.PathLike[str],
              version: str | None = None, precision: str | None = None, profile: str | None = None,
              runtime: str | None = None, platform: str | None = None,
-             fingerprint: RunnerFingerprint | None = None, require_signature: str | None = None) -> PullAllResult:
+             fingerprint: RunnerFingerprint | None = None, require_signature: str | None = None,
+             keep_stripped: bool = False) -> PullAllResult:
     """For every model (none named: every model in the registry) and every declared GPU, the engine ``pull --gpu``
     would choose, verified and written once per engine as ``out/<model>/model.<gpus>.<suffix>``. ``runtime``:
     the deployment's (``trt10.13``, ``triton:25.01``), or None: each engine on the runtime and release that built
@@ -334,7 +361,8 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
     when ``none`` is among ``gpus``. Everything is decided from metadata before anything is written: a GPU nothing
     serves raises ``NoCompatibleEngineError`` and writes nothing. A file that already holds the chosen engine
     (same sha256) is left alone. ``require_signature``: as ``pull``'s, every chosen engine checked before any is
-    written."""
+    written. Stripped engines are refitted and checked (``app.refit``: each weights blob fetched once), unless
+    ``keep_stripped``."""
     check_precision(precision)
     trusted = signatures.required(require_signature, registry)
     if trusted is not None:
@@ -346,7 +374,8 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
     if platform is not None:
         fp = on_platform(fp, declared_platform(platform))
     store = plugins.open_existing_store(registry)
-    names = list(dict.fromkeys(models)) or sorted({str(r.metadata["model"]["name"]) for r in store.records()})
+    names = list(dict.fromkeys(models)) or sorted({str(r.metadata["model"]["name"])
+                                                   for r in engine_records(store.records(), lambda a: a.metadata)})
     if not names:
         raise ArtifactNotFoundError("nothing is published in this registry", hint="see `orchestrate ls`")
     choices: list[GpuChoice] = []
@@ -361,16 +390,26 @@ def pull_all(models: Sequence[str], *, registry: plugins.RegistryRef, gpus: Sequ
         raise missing_error(missing, "serve every declared GPU", runtime_words(spec))
     checks = signatures.verify_all(store, [c.artifact for c in choices], trusted)
     # every directory first: one that cannot be made stops the pull before any engine is written
-    outputs.make_directories(sorted({root / c.model for c in choices}), "-o", out)
+    directories = sorted({root / c.model for c in choices})
+    created = list(dict.fromkeys(p for d in directories for p in (d, *d.parents) if not p.exists()))
+    outputs.make_directories(directories, "-o", out)
     engines = []
-    for choice in choices:
-        meta = choice.artifact.metadata
-        path = root / choice.model / engine_filename(meta, choice.ccs)
-        status = "unchanged"
-        if file_digest(path) != choice.artifact.digest:
-            install_verified(store, choice.artifact, path)
-            status = "written"
-        engines.append(PulledEngine(choice.model, str(meta["model"]["version"]), str(meta["address"]),
-                                    choice.artifact.digest, int(meta["engine"]["size"]), path, choice.ccs, status,
-                                    choice.reason))
-    return PullAllResult(root, tuple(engines), runtime_words(spec), checks)
+    refitting = Refitting(store, keep_stripped)
+    written = False
+    try:
+        for choice in choices:
+            meta = choice.artifact.metadata
+            path = root / choice.model / engine_filename(meta, choice.ccs)
+            status = "unchanged"
+            if not holds(path, choice.artifact, refitting):
+                install_verified(store, choice.artifact, path, refitting)
+                status = "refitted" if refitting.refits(choice.artifact) else "written"
+            engines.append(PulledEngine(choice.model, str(meta["model"]["version"]), str(meta["address"]),
+                                        choice.artifact.digest, path.stat().st_size, path, choice.ccs, status,
+                                        choice.reason))
+        written = True
+    finally:
+        refitting.close()
+        if not written:  # a refused engine (integrity, a failed refit): the folders made for it go too
+            outputs.remove_empty(created)
+    return PullAllResult(root, tuple(engines), runtime_words(spec), refitting.blobs_fetched, checks)

@@ -23,8 +23,9 @@ from orchestrator.core.fingerprint import RunnerFingerprint, same_gpu_model
 from orchestrator.core.graph import Cell, Node
 from orchestrator.core.model import Model
 from orchestrator.core.plan import RUNNER_WORK, Plan
-from orchestrator.core.query import select
+from orchestrator.core.query import engines, select
 from orchestrator.core.versions import parse_version, same_version
+from orchestrator.core.weights import weights_mode
 from orchestrator.gates.drift import OUTPUTS_FILE
 from orchestrator.run.executor import EventFn, Executor, RunSummary, StepOutcome
 from orchestrator.run.gate import GatePayload, step_benchmark, step_parity
@@ -61,6 +62,25 @@ def _baseline(project: Project, cell: Cell, model: Model, fingerprint: RunnerFin
         if timed_on == here or (here is not None and same_gpu_model(timed_on, here)):
             verdict: dict[str, Any] = bench["verdict"]
             return verdict
+    return None
+
+
+def embedded_baseline(project: Project, cell: Cell, fingerprint: RunnerFingerprint,
+                      records: Callable[[str], list[StoredArtifact]]) -> dict[str, Any] | None:
+    """A refittable cell's cost baseline (``gates.refit_cost``): the newest published embedded engine at its address
+    benchmarked on this runner's GPU model, as {"record", "verdict"}; None: none (or the cell is not refittable)."""
+    if cell.target.weights != "refittable":
+        return None
+    here = runner_facts("gate:benchmark", cell, fingerprint).get("gpu")
+    for artifact in select(records(cell.model), lambda a: a.metadata, address=cell.address):
+        bench = (artifact.metadata.get("gates") or {}).get("benchmark") or {}
+        if weights_mode(artifact.metadata) != "embedded" or not bench.get("verdict"):
+            continue
+        timed_on = _timed_on(artifact, cell)
+        if timed_on == here or (here is not None and timed_on is not None and same_gpu_model(timed_on, here)):
+            return {"record": {"address": artifact.metadata["address"], "digest": artifact.digest,
+                               "record_key": str(artifact.metadata.get("record_key") or "")},
+                    "verdict": bench["verdict"]}
     return None
 
 
@@ -168,7 +188,7 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
 
     def records(model: str) -> list[StoredArtifact]:  # one registry read per model for this run
         if model not in published:
-            published[model] = plugins.open_store(project.registry).records(model)
+            published[model] = engines(plugins.open_store(project.registry).records(model), lambda a: a.metadata)
         return published[model]
 
     def facts(node: Node) -> dict[str, Any]:
@@ -201,7 +221,9 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
         baseline = _baseline(project, cell, model, runner) if node.kind == "gate:benchmark" else None
         return GatePayload(cell=cell, model=model, caches=project.workspace.caches, runtime=runtime_of(cell),
                            baseline=baseline, runner=facts(node),
-                           drift=drift_baseline(project, cell, model, runner, records=records)), None
+                           drift=drift_baseline(project, cell, model, runner, records=records),
+                           embedded=embedded_baseline(project, cell, runner, records)
+                           if node.kind == "gate:benchmark" else None), None
 
     def needs_gpu(node: Node) -> bool:
         return project.graph.cell(str(node.address)).target.device != "cpu"

@@ -39,7 +39,14 @@ from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import DECLARED_PREFIX, InstalledRuntime, RunnerFingerprint, same_gpu_model
 from orchestrator.core.model import PRECISIONS, cc_slug
 from orchestrator.core.platform import PlatformError, normalize_platform, platform_mismatch, platform_text
-from orchestrator.core.query import latest_version, matches_profile, published_values, select, versions_newest_first
+from orchestrator.core.query import (
+    engines,
+    latest_version,
+    matches_profile,
+    published_values,
+    select,
+    versions_newest_first,
+)
 from orchestrator.core.select import Compat
 from orchestrator.core.serving import is_serving, resolve_serving
 from orchestrator.core.versions import parse_version, version_text
@@ -379,7 +386,7 @@ def explained(pairs: Sequence[tuple[str, str]], found: Sequence[tuple[str, Store
 
 
 def _not_published(store: Store, model: str) -> ArtifactNotFoundError:
-    names = sorted({str(r.metadata["model"]["name"]) for r in store.records()})
+    names = sorted({str(r.metadata["model"]["name"]) for r in engines(store.records(), lambda a: a.metadata)})
     close = difflib.get_close_matches(model, names, n=3)
     return ArtifactNotFoundError(f"model {model!r} is not published",
                                  hint=(f"did you mean {' or '.join(close)}? " if close else "")

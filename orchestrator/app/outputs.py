@@ -96,7 +96,7 @@ def probe_file(path: Path, flag: str, given: str | os.PathLike[str]) -> list[Pat
 
 
 def remove_empty(directories: Sequence[Path]) -> None:
-    """Remove the directories ``probe_file`` created (deepest first) when they are still empty."""
+    """Remove the directories a pull created (``probe_file``'s, deepest first) when they are still empty."""
     for p in sorted(directories, key=lambda d: len(d.parts), reverse=True):
         try:
             p.rmdir()

@@ -255,6 +255,7 @@ def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: I
     selected = build_scope(project, the_plan, shard=shard, only=only)
     runner = fingerprint or (plugins.fingerprint() if selected else RunnerFingerprint(os="", arch=""))
     regate = {e.address: e for e in the_plan.entries if e.status == "regate"}
+    refit = {e.address: e.published_digest for e in the_plan.entries if e.status == "refit" and e.published_digest}
 
     def prepare_task(node: Node) -> Prepared:
         if node.kind == "calibrate":
@@ -275,7 +276,10 @@ def build(project: Project, the_plan: Plan, *, shard: str | None = None, only: I
         if cell.target.options.timing_cache_pin:
             timing, source = _pinned_timing_cache(project, cell, runner)
         return BuildPayload(cell=cell, model=project.models[cell.model], fingerprint=runner,
-                            caches=project.workspace.caches, timing_cache=timing, timing_cache_source=source), None
+                            caches=project.workspace.caches, timing_cache=timing, timing_cache_source=source,
+                            # ~ refit: the published refittable engine takes the new weights (run.refit)
+                            registry=project.registry if cell.address in refit else None,
+                            refit_digest=refit.get(cell.address)), None
 
     nodes = {**project.graph.nodes, **_regate_builds(project, the_plan, project.graph.cells)}
     fetch_sources(project, nodes, selected, on_fetch)

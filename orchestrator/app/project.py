@@ -106,13 +106,17 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
                 probed.add(path or "")
                 if path and path not in data_digests and os.path.exists(path):
                     data_digests[path] = cache.data_digest(path)
+    # refittable targets plan ``~ refit`` from each model's graph and initializer digests (core.weights)
+    structures = {m.source.path: cache.model_structure(m.source.path, model_digests[m.source.path])
+                  for man in manifests if any(t.weights == "refittable" for t in man.targets)
+                  for m in man.models if m.source.url is None or os.path.exists(m.source.path)}
     cache.save()
     caps: CapabilitiesFn = capabilities or plugins.builder_capabilities
     problems = plugins.transform_problems()
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
                                              transforms=frozenset(k for k, why in problems.items() if not why),
                                              transform_problems={k: why for k, why in problems.items() if why},
-                                             recipes=plugins.recipes(),
+                                             recipes=plugins.recipes(), model_structures=structures,
                                              cpu_isa=_cpu_isa(manifests)),
                     caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}

@@ -13,7 +13,8 @@ from orchestrator import plugins
 from orchestrator.app.store_check import damage_error, damaged_matching
 from orchestrator.contracts.store import DamagedRecord, Store, StoreChecker, StoredArtifact
 from orchestrator.core.model import RegistryConfig
-from orchestrator.core.query import expired, select
+from orchestrator.core.query import engines, expired, select
+from orchestrator.core.weights import blob_of, is_engine
 from orchestrator.errors import ArtifactNotFoundError, UsageError
 
 
@@ -65,11 +66,41 @@ class TimingCache:
 
 
 @dataclass(frozen=True)
+class WeightsBlob:
+    """One weights record (``core.weights``): a model version's ONNX published once, and the engines that need it."""
+
+    record: StoredArtifact
+    engines: tuple[str, ...] = ()  # addresses of the engine records that point at it
+
+    def to_json(self) -> dict[str, Any]:
+        meta = self.record.metadata
+        blob = meta.get("blob") or {}
+        return {"address": meta["address"], "model": meta["model"]["name"], "version": meta["model"]["version"],
+                "source": blob.get("source"), "digest": meta["engine"]["digest"], "size": meta["engine"]["size"],
+                "graph_digest": blob.get("graph_digest"), "tensors": blob.get("tensors"),
+                "record_key": record_key_of(meta), "published_at": meta.get("published_at"),
+                "engines": list(self.engines)}
+
+
+@dataclass(frozen=True)
 class Listing:
-    artifacts: list[StoredArtifact]  # newest first
+    artifacts: list[StoredArtifact]  # newest first (engine records)
     calibration: tuple[CalibrationCache, ...] = ()
     timing: tuple[TimingCache, ...] = ()
     damaged: tuple[DamagedRecord, ...] = ()  # records the store holds but cannot serve (flagged, not listed)
+    weights: tuple[WeightsBlob, ...] = ()  # weights records, newest first, each with the engines that need it
+
+
+def weights_blobs(records: Iterable[StoredArtifact]) -> tuple[WeightsBlob, ...]:
+    """The weights records among ``records``, each with the addresses of the engine records pointing at it."""
+    records = list(records)
+    users: dict[str, list[str]] = {}
+    for r in records:
+        pointer = blob_of(r.metadata) if is_engine(r.metadata) else None
+        if pointer is not None:
+            users.setdefault(str(pointer.get("record_key")), []).append(str(r.metadata["address"]))
+    return tuple(WeightsBlob(r, tuple(dict.fromkeys(users.get(record_key_of(r.metadata), ()))))
+                 for r in records if not is_engine(r.metadata))
 
 
 def _attachment(meta: Mapping[str, Any], name: object) -> Mapping[str, Any] | None:
@@ -135,13 +166,13 @@ def listing(registry: RegistryConfig, *, model: str | None = None) -> Listing:
     records = store.records(model)
     damaged = tuple(store.damaged(model)) if isinstance(store, StoreChecker) else ()
     calibration, timing = caches_of(records)
-    return Listing(records, calibration, timing, damaged)
+    return Listing(engines(records, _meta), calibration, timing, damaged, weights_blobs(records))
 
 
 def find(registry: RegistryConfig, *, address: str | None = None, model: str | None = None,
          version: str | None = None, labels: dict[str, str] | None = None) -> list[StoredArtifact]:
     records = plugins.open_existing_store(registry).records(model)
-    return select(records, _meta, address=address, model=model, version=version, labels=labels)
+    return select(records, _meta, address=address, model=model, version=version, labels=labels, weights=True)
 
 
 def record_key_of(meta: Mapping[str, Any]) -> str:
@@ -177,7 +208,7 @@ def show(registry: RegistryConfig, ref: str) -> StoredArtifact:
     text = ref.strip().lower()
     hexpart = text.removeprefix("sha256:")
     if not re.fullmatch(r"[0-9a-f]+", hexpart):
-        hits = select(records, _meta, address=ref)
+        hits = select(records, _meta, address=ref, weights=True)
         if hits:
             return hits[0]
         _refuse_damaged(store, ref)
@@ -214,8 +245,15 @@ class RetentionResult:
 
 
 def retention(registry: RegistryConfig, *, keep_versions: int, delete: bool) -> RetentionResult:
-    """Keep each model's newest ``keep_versions`` versions; delete the rest only when ``delete`` is set."""
+    """Keep each model's newest ``keep_versions`` versions; delete the rest only when ``delete`` is set. A weights
+    record stays while an engine that stays points at it, and no record goes whose file a staying record shares
+    (stores delete by digest: a stripped engine of an old version can be byte for byte a newer one's)."""
     store = plugins.open_existing_store(registry)
-    doomed = expired(store.records(), _meta, keep_versions=keep_versions)
+    records = store.records()
+    doomed = expired(records, _meta, keep_versions=keep_versions)
+    gone = {id(a) for a in doomed}
+    kept = [a for a in records if id(a) not in gone]
+    needed = {a.digest for a in kept} | {str(p["digest"]) for a in kept if (p := blob_of(a.metadata)) is not None}
+    doomed = [a for a in doomed if a.digest not in needed]
     removed = store.delete([a.digest for a in doomed]) if delete and doomed else 0
     return RetentionResult(tuple(doomed), removed)

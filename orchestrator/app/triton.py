@@ -38,7 +38,7 @@ from orchestrator.app.deploy import (
     MissingGpu,
     choose_per_gpu,
     declared_gpus,
-    file_digest,
+    holds,
     install_verified,
     missing_error,
     safe_name,
@@ -51,6 +51,7 @@ from orchestrator.app.judge import (
     find_candidates,
     record_runtime,
 )
+from orchestrator.app.refit import Refitting
 from orchestrator.app.signatures import SignatureCheck, required, trusted_signer, verify_all
 from orchestrator.atomic import write_bytes_atomic
 from orchestrator.contracts.runtime import TritonBackend
@@ -150,6 +151,7 @@ class TritonExport:
     repo: Path
     models: tuple[TritonModel, ...]
     version_policy: str
+    blobs: int = 0  # weights blobs fetched to refit stripped engines (once per model version's blob)
     signatures: tuple[SignatureCheck, ...] = ()  # who signed each engine, when signatures were required
 
     @property
@@ -162,7 +164,7 @@ class TritonExport:
 
     def to_json(self) -> dict[str, Any]:
         return {"repo": str(self.repo), "version_policy": self.version_policy, "unchanged": self.unchanged,
-                "models": [m.to_json() for m in self.models],
+                "models": [m.to_json() for m in self.models], "weights_blobs_fetched": self.blobs,
                 "signatures": [s.to_json() for s in self.signatures]}
 
 
@@ -368,12 +370,13 @@ def _ours(name: str) -> bool:
     return name.startswith("model.") and (name.endswith((".plan", ".onnx", ".provenance.json")))
 
 
-def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy) -> TritonModel:
+def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy, refitting: Refitting) -> TritonModel:
     directory = repo / plan.model
     state = _load_state(directory)
     number = _version_number(directory, state, plan.model_version)
     vdir = directory / str(number)
     created = [p for p in (directory, vdir) if not p.exists()]
+    parents = [p for p in directory.parents if not p.exists()]  # the repository itself, when this export makes it
     files: list[ExportedFile] = []
     wanted = _files(plan)
     try:
@@ -383,10 +386,10 @@ def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy) -> Trit
             art, ccs = choice.artifact, tuple(cc for cc in choice.ccs if cc)
             path = vdir / name
             status: FileStatus = "unchanged"
-            if file_digest(path) != art.digest:
-                install_verified(store, art, path)
+            if not holds(path, art, refitting):  # a stripped engine is refitted and checked first (app.refit)
+                install_verified(store, art, path, refitting)
                 status = "written"
-            files.append(ExportedFile(path, status, art.digest, int(art.metadata["engine"]["size"]), ccs,
+            files.append(ExportedFile(path, status, art.digest, path.stat().st_size, ccs,
                                       str(art.metadata["address"])))
             prov = vdir / f"{name}.provenance.json"
             files.append(ExportedFile(prov, _write_if_changed(prov, _provenance(art, ccs))))
@@ -416,6 +419,7 @@ def _write(store: Store, plan: _Plan, repo: Path, policy: VersionPolicy) -> Trit
     except BaseException:
         for path in reversed(created):  # nothing half-written: what this export created goes
             shutil.rmtree(path, ignore_errors=True)
+        outputs.remove_empty(parents)
         raise
     return TritonModel(plan.model, plan.model_version, number, directory, plan.backend.kind, plan.runtime, tuple(files),
                        plan.missing)
@@ -433,14 +437,15 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
                   version: str | None = None, precision: str | None = None, profile: str | None = None,
                   runtime: str | None = None, gpus: str | Sequence[str] = "auto", allow_missing: bool = False,
                   version_policy: str = "latest", fingerprint: RunnerFingerprint | None = None,
-                  require_signature: str | None = None) -> TritonExport:
+                  require_signature: str | None = None, keep_stripped: bool = False) -> TritonExport:
     """Write (or bring up to date) a Triton model repository at ``repo`` for ``models``. ``runtime``: as ``pull
     --runtime`` (``trt10.13``, ``ort1.31``) or a serving stack (``triton:25.01``); ``gpus``: compute capabilities
     (``sm86``, ``8.6``) or ``auto`` (those the published TensorRT engines name). A requested GPU no published
     engine serves raises ``NoCompatibleEngineError`` (every candidate with its reason) before anything is written,
     unless ``allow_missing``: then the rest is written and the result lists the missing ones.
     ``require_signature`` (else the registry's ``signing.require``): every chosen engine's signed provenance must
-    verify against it before anything is written."""
+    verify against it before anything is written. Stripped engines are refitted from their weights blob (fetched
+    once per model version) and checked, unless ``keep_stripped``."""
     check_precision(precision)
     trusted = required(require_signature, registry)
     if trusted is not None:
@@ -463,7 +468,12 @@ def export_triton(models: Sequence[str], *, registry: plugins.RegistryRef, repo:
         if plan.choices:
             _io_conflict(plan)
     checks = verify_all(store, [c.artifact for p in plans for c in p.choices], trusted)
-    exported = [_write(store, p, root, policy) if p.choices else
-                TritonModel(p.model, p.model_version, None, root / p.model, p.backend.kind, p.runtime, (), p.missing)
-                for p in plans]
-    return TritonExport(root, tuple(exported), policy.text(), checks)
+    refitting = Refitting(store, keep_stripped)
+    try:
+        exported = [_write(store, p, root, policy, refitting) if p.choices else
+                    TritonModel(p.model, p.model_version, None, root / p.model, p.backend.kind, p.runtime, (),
+                                p.missing)
+                    for p in plans]
+    finally:
+        refitting.close()
+    return TritonExport(root, tuple(exported), policy.text(), refitting.blobs_fetched, checks)

@@ -52,6 +52,7 @@ from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.graph import Cell
 from orchestrator.core.plan import CHANGED, Plan
+from orchestrator.core.query import engines
 from orchestrator.core.serving import ServingStack, is_serving, resolve_serving
 from orchestrator.core.upgrade import STATUSES, GpuAnswer, UpgradeStatus, classify, duration_text
 from orchestrator.errors import ExitCode, UsageError
@@ -212,7 +213,7 @@ def _published(project: Project, store: Store) -> list[StoredArtifact]:
     out: list[StoredArtifact] = []
     for model in project.models.values():
         seen: set[str] = set()
-        for art in store.records(model.name):  # newest first
+        for art in engines(store.records(model.name), lambda a: a.metadata):  # newest first
             meta = art.metadata
             address = str(meta.get("address"))
             if meta["model"]["name"] != model.name or str(meta["model"]["version"]) != model.version or \
@@ -296,7 +297,7 @@ def _from_inventory(project: Project, store: Store, deployed: Sequence[Deployed]
     found, unknown = [], []
     for d in deployed:
         if d.model not in by_model:
-            by_model[d.model] = {a.digest: a for a in store.records(d.model)}
+            by_model[d.model] = {a.digest: a for a in engines(store.records(d.model), lambda a: a.metadata)}
         art = by_model[d.model].get(d.digest)
         if art is None:
             unknown.append(JudgedEngine(d.address, d.model, "", "", "", "", "", "", "", "deployed", "unknown",

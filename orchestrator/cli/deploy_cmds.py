@@ -13,6 +13,8 @@ from orchestrator.errors import UsageError
 
 GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9; 'none': machines "
              "without a GPU, which also lets a CPU engine serve a listed GPU that no GPU engine serves{auto}.")
+KEEP_STRIPPED_HELP = ("Write weight-stripped engines (targets[].weights: stripped/refittable) as published, without "
+                      "refitting them from their weights blob: for deployments that refit them themselves.")
 SIGNATURE_HELP = ("Refuse, before writing anything, an engine whose signed provenance does not verify against this: an "
                   "ed25519 public key (a PEM file, file:PATH or env:NAME) or a keyless identity "
                   "(https://github.com/ORG/REPO/.github/workflows/engines.yml@refs/heads/main) [default: the "
@@ -67,13 +69,14 @@ def _rejections(missing) -> None:
                    "version-compatible engines built without their lean runtime.")
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Write the engine here (with --all: the directory to fill).")
+@click.option("--keep-stripped", is_flag=True, help=KEEP_STRIPPED_HELP)
 @registry_option
 @click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Use this manifest's registry.")
 @signature_option
 @json_option
 def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, allow_cpu,
-         lean_runtime, out, registry, manifest, require_signature, as_json):
+         lean_runtime, out, keep_stripped, registry, manifest, require_signature, as_json):
     """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out.
 
     With --all, fill a directory for a deployment: for every model and every GPU in --gpus, the engine `pull --gpu`
@@ -85,8 +88,12 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
 
     Exit status: 0 done; 4 when engines are published but none can run on a declared GPU/runtime (nothing is
     written; every candidate is listed with its reason; --json: error.candidates); 1 when the model, version,
-    precision or profile is not published, or a check fails (digest, plan header, --require-signature: nothing
-    written); 2 for a usage error."""
+    precision or profile is not published, or a check fails (digest, plan header, --require-signature, a stripped
+    engine whose refit fails or does not reproduce its gate's recorded outputs: nothing written); 2 for a usage
+    error.
+
+    A weight-stripped engine is refitted from its model version's weights blob (fetched once per blob) and checked
+    against the outputs its gate recorded before it is written; --keep-stripped writes it as published."""
     config = registry_from(registry, (manifest,) if manifest else ())
     if pull_all:
         if not gpus:
@@ -100,7 +107,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
                                                                    "the deployment also runs CPU engines")
         result = deploy.pull_all(models, registry=config, gpus=gpus, out=out, version=version, precision=precision,
                                  profile=profile, runtime=runtime, platform=platform_,
-                                 require_signature=require_signature)
+                                 require_signature=require_signature, keep_stripped=keep_stripped)
         if as_json:
             print_json(result.to_json())
             return
@@ -121,7 +128,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
     result = deploy.pull(models[0], registry=config, version=version, precision=precision, profile=profile, gpu=gpu,
                          runtime="auto" if runtime is None else runtime, out=out, platform=platform_,
                          gpu_model=gpu_model, lean_runtime=lean_runtime, allow_cpu=allow_cpu,
-                         require_signature=require_signature)
+                         require_signature=require_signature, keep_stripped=keep_stripped)
     meta = result.metadata
     lean = ({"version": result.lean_runtime,
              "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
@@ -129,7 +136,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
     if as_json:
         print_json({"path": str(result.path) if result.path else None, "address": meta["address"],
                     "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
-                    "lean_runtime": lean, "metadata": meta,
+                    "lean_runtime": lean, "metadata": meta, "refit": result.refit,
                     "signature": result.signature.to_json() if result.signature else None,
                     "rejected": [c.to_json() for c in result.candidates]})
         return
@@ -137,7 +144,12 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
                                   f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
     if result.signature:
         _signed_lines([result.signature])
-    if result.path:
+    if result.path and result.refit:
+        check = result.refit["check"]
+        console().print(Text(f"wrote {one_line(str(result.path))} ({result.path.stat().st_size} bytes): stripped "
+                             f"engine {meta['engine']['size']} bytes, sha256 verified, refitted from its weights "
+                             f"blob, {check['compared']} recorded sample(s) reproduced"))
+    elif result.path:
         console().print(Text(f"wrote {one_line(str(result.path))} ({meta['engine']['size']} bytes, sha256 verified)"))
     if lean:
         console().print(Text(f"the deployment must load the TensorRT {one_line(str(lean['version']))} lean runtime"
@@ -168,10 +180,11 @@ def export() -> None:
               help="Write the GPUs that have an engine even when some requested GPU has none (listed, exit 0).")
 @click.option("--version-policy", default="latest", show_default=True,
               help="Triton's version policy: latest, latest:N, all, or specific:1,3.")
+@click.option("--keep-stripped", is_flag=True, help=KEEP_STRIPPED_HELP)
 @signature_option
 @json_option
 def export_triton(models, repo, registry, manifest, version, precision, profile, runtime, gpus, allow_missing,
-                  version_policy, require_signature, as_json):
+                  version_policy, keep_stripped, require_signature, as_json):
     """Write a Triton Inference Server model repository: REPO/<model>/config.pbtxt and REPO/<model>/<n>/ with one
     engine file per GPU architecture (cc_model_filenames), each with a provenance.json.
 
@@ -183,7 +196,8 @@ def export_triton(models, repo, registry, manifest, version, precision, profile,
     requested = gpus if gpus == "auto" else [g for g in gpus.split(",") if g.strip()]
     result = triton.export_triton(models, registry=config, repo=repo, version=version, precision=precision,
                                   profile=profile, runtime=runtime, gpus=requested, allow_missing=allow_missing,
-                                  version_policy=version_policy, require_signature=require_signature)
+                                  version_policy=version_policy, require_signature=require_signature,
+                                  keep_stripped=keep_stripped)
     if as_json:
         print_json(result.to_json())
         return

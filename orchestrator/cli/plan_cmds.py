@@ -27,8 +27,8 @@ from orchestrator.core.serving import resolve_serving
 from orchestrator.errors import ExitCode, PlanError
 from orchestrator.manifest import schema as manifest_schema
 
-_STYLE = {"build": "green", "rebuild": "yellow", "regate": "cyan", "publish": "green", "up-to-date": "dim",
-          "blocked": "red"}
+_STYLE = {"build": "green", "rebuild": "yellow", "refit": "magenta", "regate": "cyan", "publish": "green",
+          "up-to-date": "dim", "blocked": "red"}
 _LABEL = {"regate": "re-gate"}  # how a status reads in tables (JSON keeps the status names)
 # Everything in a plan row that came from a manifest, a registry or a log is data, never markup: rich cells are
 # Text (no [markup], no :emoji:), control characters are written as escapes (a newline cannot start a forged
@@ -72,7 +72,7 @@ WIDE = 120  # columns from which the plan is one table row per cell; narrower, e
 
 def why_lines(e: PlanEntry, local: Mapping[str, LocalOutcome | None]) -> list[str]:
     """What the plan says about a cell, one line per change (rebuild, re-gate) and one for its last outcome here."""
-    if e.status in ("rebuild", "regate") and e.changes:
+    if e.status in ("rebuild", "refit", "regate") and e.changes:
         lines = list(e.changes[:MAX_CHANGES])
         if len(e.changes) > MAX_CHANGES:
             lines.append(f"… and {len(e.changes) - MAX_CHANGES} more (`orchestrate explain {e.address}`)")

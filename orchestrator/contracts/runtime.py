@@ -78,6 +78,36 @@ class TritonBackend:
         return self.platform or self.backend or ""
 
 
+@dataclass(frozen=True)
+class RefitRequest:
+    """Put weights into an engine: a stripped engine at deployment (the weights it was built with), or a refittable
+    engine given a new model version's weights (``plan``'s ``~ refit``)."""
+
+    engine_path: Path  # the engine as published (stripped, or refittable)
+    engine: EngineDescriptor
+    # a folder in the weights blob's format (``orchestrator.weights_file``): model.onnx + weights.bin
+    weights: Path
+    out_path: Path  # write the refitted engine here (the caller checks it, then renames it into place)
+    new_weights: bool = False  # other weights than the engine was built with (only a refittable engine takes them)
+    keep_refittable: bool = False  # the refitted engine must stay refittable (a ``~ refit`` build publishes it)
+
+
+@dataclass(frozen=True)
+class RefitResult:
+    path: Path
+    facts: dict[str, Any] = field(default_factory=dict)  # what the refit did, for logs and records
+
+
+@runtime_checkable
+class RefitCapability(Protocol):
+    """A runtime that can put weights into its engines (``targets[].weights``: stripped, refittable; docs/refit.md).
+    Optional, like the stores' optional ports: ``validate`` refuses a stripped or refittable target whose builder's
+    runtime lacks it. ``refit`` raises ``GateError`` with the runtime's own reason when it cannot (no GPU its library
+    accepts, weights that do not fit the engine); it never leaves a partial ``out_path``."""
+
+    def refit(self, request: RefitRequest) -> RefitResult: ...
+
+
 @runtime_checkable
 class Runtime(Protocol):
     name: str

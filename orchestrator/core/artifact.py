@@ -314,6 +314,7 @@ def build_metadata(
     platform_specific: bool = True,
     caches: Mapping[str, Any] | None = None,
     io: Mapping[str, Any] | None = None,
+    weights: Mapping[str, Any] | None = None,
     reused_from: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The metadata dict for one engine (the one constructor; ``orchestrator.metadata.new_metadata`` fills the
@@ -324,6 +325,7 @@ def build_metadata(
     ``timings`` must contain ``build_seconds``. ``io``: the engine's input and output tensors as the ONNX it was
     built from declares them (``{"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}``, a dim that is not a
     fixed number is -1), what a deployment needs to call the engine without opening it (``export triton``).
+    ``weights``: ``core.weights.engine_weights`` for an engine that is not ``embedded``.
     ``reused_from``: ``{"record_key", "model_version"}`` of the record whose engine and verdicts this one publishes
     again for another model version (a version bump of an unchanged model); None for an engine built for it.
     """
@@ -348,6 +350,8 @@ def build_metadata(
         "gates": gates.to_json(),
         "caches": _plain(dict(caches or {})),
         **({"io": _plain(dict(io))} if io else {}),
+        # where its weights live (``core.weights.engine_weights``); absent: embedded, as before weights modes
+        **({"weights": _plain(dict(weights))} if weights else {}),
         **({"reused_from": dict(reused_from)} if reused_from else {}),
         "timings": {k: float(v) for k, v in timings.items()},
         "manifest": {"path": manifest_path, "git_commit": git_commit},

@@ -56,6 +56,12 @@ class BuilderCapabilities:
     # whose engines load only on the exact release that built them (TensorRT, TensorRT-RTX) refuses a looser one
     # ("10.13" is three releases); validate reports it at the target's builder_version.
     version_problem: tuple[str, str] | None = None
+    # Where its engines' weights may live (``targets[].weights``, docs/refit.md): "embedded" always; "stripped"
+    # (built without weights, refitted from the model version's weights blob at deployment) and "refittable"
+    # (accepts new weights: a weights-only model change is refitted, not rebuilt) where this version can build them
+    # and its runtime plugin can refit them. ``weights_missing_reason``: why a mode is not offered (validate says it).
+    weights_modes: frozenset[str] = frozenset({"embedded"})
+    weights_missing_reason: Mapping[str, str] = field(default_factory=dict)
 
     # The native precisions it builds from calibration data (the manifest's ``calibration``: a calibrator reads it);
     # one it quantizes without data (e.g. dynamic quantization) is left out, and its cells then need no data and

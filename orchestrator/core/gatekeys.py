@@ -137,7 +137,10 @@ def benchmark_inputs(model: Model, settings: BenchmarkGate) -> dict[str, Any]:
             "max_memory_growth_mib": settings.max_memory_growth_mib,
             "baseline": ("the last published verdict at this address on the same GPU model"
                          if settings.max_regression_pct is not None else None),
-            "model": _model_inputs(model), "drift": drift_inputs(model.gate.drift, "benchmark")}
+            "model": _model_inputs(model), "drift": drift_inputs(model.gate.drift, "benchmark"),
+            # only when set: the gate keys of manifests without it do not move
+            **({"max_refit_cost_pct": settings.max_refit_cost_pct} if settings.max_refit_cost_pct is not None
+               else {})}
 
 
 def runtime_part(target: Target) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from graphlib import TopologicalSorter
 from typing import Any, Literal
 
 from orchestrator.core.gatekeys import gate_inputs_of
-from orchestrator.core.keys import BUILD_KEY_FIELDS, record_key
+from orchestrator.core.keys import BUILD_KEY_FIELDS, WEIGHTS_KEY_FIELD, record_key
 from orchestrator.core.model import GateSettings, PrecisionSpec, Target
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
 
@@ -75,7 +75,10 @@ class Cell:
     def key_inputs(self) -> dict[str, Any]:
         """What the build key is the digest of (``keys.build_key``): a new dict of the shared parts each time, so a
         million cells hold a tuple each, not a dict."""
-        return dict(zip(BUILD_KEY_FIELDS, self.key_parts))
+        inputs = dict(zip(BUILD_KEY_FIELDS, self.key_parts))
+        if len(self.key_parts) > len(BUILD_KEY_FIELDS):  # a target whose weights are not embedded
+            inputs[WEIGHTS_KEY_FIELD] = self.key_parts[-1]
+        return inputs
 
     @property
     def gate_inputs(self) -> dict[str, Any]:

@@ -15,6 +15,9 @@ KEY_SCHEMA_VERSION = 1
 # goes in each)
 BUILD_KEY_FIELDS = ("schema", "model", "transform", "calibration", "precision", "profiles", "builder", "target",
                     "options", "plugin_libraries", "salt")
+# a build key field only targets whose weights are not embedded have (``targets[].weights``), so the keys of
+# every engine from before weights modes stay what they were; a cell's key parts then end with it
+WEIGHTS_KEY_FIELD = "weights"
 
 
 # One encoder for every call: json.dumps with non-default options builds a new one each time (a measurable part

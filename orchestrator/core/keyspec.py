@@ -263,6 +263,8 @@ _EXPLICIT: dict[str, KeyRule] = {
     "models[].gate.benchmark.min_throughput": _benchmark("min_throughput", "a throughput threshold"),
     "models[].gate.benchmark.max_regression_pct": _benchmark("max_regression_pct",
                                                              "the regression threshold and its baseline rule"),
+    "models[].gate.benchmark.max_refit_cost_pct": _benchmark(
+        "max_refit_cost_pct", "the bound on a refittable engine's latency cost against the embedded engine"),
     "models[].gate.benchmark.enabled": _gate("whether the benchmark runs (gate_inputs.benchmark: None when off)",
                                              _MODEL),
     "models[].gate.benchmark.blocks": _benchmark("blocks", "how the series is split in time"),
@@ -317,6 +319,10 @@ _EXPLICIT: dict[str, KeyRule] = {
                    "it got before building")
        for path in ("targets[].toolchain", "targets[].toolchain.kind", "targets[].toolchain.image",
                     "targets[].toolchain.index_url", "targets[].toolchain.cuda")},
+    "targets[].weights": _build(
+        "where the engine's weights live: TensorRT's STRIP_PLAN / REFIT_IDENTICAL / REFIT flags (trtexec "
+        "--stripWeights / --refit), an onnxruntime engine whose initializers are external data in the weights blob "
+        "(key_inputs.weights; absent for embedded, so embedded keys are those from before the field)", _TARGET),
     "targets[].gpu_match": _gate(
         "the deployment policy its records carry (gate_inputs.deploy): republished without a rebuild", _TARGET),
     "targets[].cpu_match": _gate(

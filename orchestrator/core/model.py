@@ -16,6 +16,10 @@ PrecisionVia = Literal["auto", "native", "transform"]
 CalibrationMethod = Literal["entropy", "percentile", "minmax"]
 HardwareCompat = Literal["none", "ampere_plus", "same_compute_capability"]
 GpuMatch = Literal["sku", "cc"]
+# Where an engine's weights live (docs/refit.md): inside it (``embedded``, TensorRT's default), in the model version's
+# weights blob, refitted at deployment (``stripped``), or refittable with new weights (``refittable``).
+WeightsMode = Literal["embedded", "stripped", "refittable"]
+WEIGHTS_MODES: tuple[str, ...] = ("embedded", "stripped", "refittable")
 # Which CPU a CPU engine's verdict holds for (docs/gates.md, "CPU instruction sets"): "any" (any CPU of the
 # platform) or "isa" (only a CPU with the same kernel-selecting instruction-set features: the gate key records them)
 CpuMatch = Literal["any", "isa"]
@@ -158,6 +162,8 @@ class BenchmarkGate:
     max_device_memory_mib: float | None = None
     soak_s: float | None = None
     max_memory_growth_mib: float | None = None
+    # a refittable engine's p50 over the embedded engine's of the same cell on the same GPU model (docs/refit.md)
+    max_refit_cost_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -314,6 +320,8 @@ class Target:
     toolchain: Toolchain = field(default_factory=Toolchain)
     # The serving stack its engines are deployed on (``triton:25.01``): builder_version is the TensorRT it ships.
     serve: str | None = None
+    # where its engines' weights live (``WeightsMode``); "embedded" keys and builds as before the field existed
+    weights: WeightsMode = "embedded"
 
     @property
     def version_family(self) -> str:

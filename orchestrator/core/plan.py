@@ -1,7 +1,9 @@
 """BuildGraph x registry index -> Plan (pure), shards, and the plan file format.
 
 Status per cell, Terraform-like: ``+ build`` (nothing published at that address), ``~ rebuild`` (published,
-but the build key differs: the changed inputs are named), ``~ re-gate`` (the published engine is current but its
+but the build key differs: the changed inputs are named), ``~ refit`` (a ``refittable`` engine whose model has new
+weights in an unchanged graph: ``weights changed: N of M initializers``; the published engine is refitted with them,
+``core.weights.refit_change``), ``~ re-gate`` (the published engine is current but its
 verdicts were given under other gate settings: the changed settings are named; gate again, no rebuild),
 ``+ publish`` (engine and verdicts are current but published under another model version: the same engine is
 published again as this version, no rebuild, no gate), ``= up to date``, ``! blocked`` (with the reason).
@@ -28,15 +30,16 @@ from orchestrator.core.graph import BuildGraph, Cell
 from orchestrator.core.keys import changed_inputs
 from orchestrator.core.model import Target, cc_slug
 from orchestrator.core.toolchain import RUNNER, ResolvedToolchain
+from orchestrator.core.weights import refit_change
 from orchestrator.errors import PlanError
 
 PLAN_FORMAT_VERSION = 1
-Status = Literal["build", "rebuild", "regate", "publish", "up-to-date", "blocked"]
-SYMBOL = {"build": "+", "rebuild": "~", "regate": "~", "publish": "+", "up-to-date": "=", "blocked": "!"}
+Status = Literal["build", "rebuild", "refit", "regate", "publish", "up-to-date", "blocked"]
+SYMBOL = {"build": "+", "rebuild": "~", "refit": "~", "regate": "~", "publish": "+", "up-to-date": "=", "blocked": "!"}
 # what a status means for the pipeline verbs: these cells need work (build/gate/publish), in this order
-CHANGED: tuple[str, ...] = ("build", "rebuild", "regate", "publish")
+CHANGED: tuple[str, ...] = ("build", "rebuild", "refit", "regate", "publish")
 # the cells a runner has work for (build, gate): a ``publish`` cell's engine and verdicts come from the store
-RUNNER_WORK: tuple[str, ...] = ("build", "rebuild", "regate")
+RUNNER_WORK: tuple[str, ...] = ("build", "rebuild", "refit", "regate")
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ class Plan:
 
     def summary(self) -> str:
         c = self.counts()
-        regate = f"{c['regate']} to re-gate, " if c["regate"] else ""
+        regate = f"{c['refit']} to refit, " if c["refit"] else ""
+        regate += f"{c['regate']} to re-gate, " if c["regate"] else ""
         publish = f"{c['publish']} to publish (engine reused), " if c["publish"] else ""
         return (f"Plan: {c['build']} to build, {c['rebuild']} to rebuild, {regate}{publish}{c['up-to-date']} up to "
                 f"date, {c['blocked']} blocked")
@@ -124,7 +128,7 @@ class Plan:
             "manifests": dict(self.manifests),
             "models": dict(self.models),
             "registry_note": self.registry_note,
-            "summary": {"build": c["build"], "rebuild": c["rebuild"], "regate": c["regate"],
+            "summary": {"build": c["build"], "rebuild": c["rebuild"], "refit": c["refit"], "regate": c["regate"],
                         "publish": c["publish"], "up_to_date": c["up-to-date"],
                         "blocked": c["blocked"], "text": self.summary()},
             "cells": [e.to_json() for e in self.entries],
@@ -176,6 +180,11 @@ def _verdict(cell: Cell, published: IndexEntry | None, records: Mapping[str, str
         changed = changed or ("gate key changed",)
         return "regate", changed[0], changed, published.digest, None
     changes = tuple(changed_inputs(published.key_inputs, cell.key_inputs)) or ("build key changed",)
+    weights_only = refit_change(published.key_inputs, cell.key_inputs)
+    if weights_only is not None:  # a refittable engine, same graph, new weights (core.weights): refit, not rebuild
+        return ("refit", weights_only.reason,
+                (weights_only.reason,) + tuple(c for c in changes if not c.startswith("weights.")),
+                published.digest, None)
     return "rebuild", changes[0], changes, published.digest, None
 
 

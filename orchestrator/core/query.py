@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from orchestrator.core.weights import is_engine
 from orchestrator.errors import StoreError
 
 T = TypeVar("T")
@@ -79,13 +80,21 @@ def published_values(metas: Iterable[Meta]) -> Published:
                      tuple(sorted({str(m.get("profile_set")) for m in metas})))
 
 
+def engines(records: Iterable[T], meta_of: Callable[[T], Meta]) -> list[T]:
+    """The engine records of ``records``: weights records (``core.weights``) are not engines to plan, pick or
+    judge."""
+    return [r for r in records if is_engine(meta_of(r))]
+
+
 def select(records: Sequence[T], meta_of: Callable[[T], Meta], *, address: str | None = None,
            model: str | None = None, version: str | None = None,
-           labels: Mapping[str, object] | None = None) -> list[T]:
+           labels: Mapping[str, object] | None = None, weights: bool = False) -> list[T]:
     """The records matching every given criterion, in the order given (stores give newest first).
-    ``version="latest"`` needs ``model``."""
+    ``version="latest"`` needs ``model``. Engine records only, unless ``weights`` (``ls``/``show``)."""
     labels = dict(labels or {})
     check_labels(labels)
+    if not weights:
+        records = engines(records, meta_of)
     if version == "latest":
         if model is None:
             raise StoreError("version 'latest' needs a model name", hint="pass the model too")

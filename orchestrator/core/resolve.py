@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import Any
 
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.cellparts import NONE_PART, Column, Part, Row, SharedParts, address_part, sha256_hex
@@ -23,8 +24,9 @@ from orchestrator.core.gatekeys import (
     parity_inputs,
 )
 from orchestrator.core.graph import BuildGraph, Cell, Node, topological_order
-from orchestrator.core.keys import digest_of, record_key_of
+from orchestrator.core.keys import WEIGHTS_KEY_FIELD, canonical_json, digest_of, record_key_of
 from orchestrator.core.model import GateSettings, Manifest, MatrixRule, Model, PrecisionSpec, Target
+from orchestrator.core.weights import refit_inputs
 from orchestrator.errors import ManifestError, Problem
 
 CapabilitiesFn = Callable[[str, str], "BuilderCapabilities | None"]
@@ -43,6 +45,9 @@ class ResolveInputs:
     transforms: frozenset[str] | None = None  # installed transform kinds; None: not checked
     # installed transform kinds that cannot run here -> why (e.g. a library they need is missing)
     transform_problems: Mapping[str, str] = field(default_factory=dict)
+    # absolute model path -> (graph digest, {initializer: digest}) for the models of refittable targets: what plans
+    # ``~ refit`` (``core.weights.refit_inputs``); a model without one keys its refittable cells by mode alone
+    model_structures: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
     # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
     # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
     recipes: Mapping[str, str] = field(default_factory=dict)
@@ -113,6 +118,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                         cpu_isa=list(inputs.cpu_isa) if inputs.cpu_isa is not None else None)
     gates = _GateParts(inputs.data_digests)
     scheduled: set[int] = set()  # ids of the combinations whose shared nodes are in ``shared``
+    refit_parts: dict[str, Any] = {}  # model path -> its refittable cells' weights part
 
     for manifest in manifests:
         per_cell_gates = bool(manifest.cell_gates or manifest.rule_gates)
@@ -142,7 +148,14 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 scheduled.add(id(combo))
                 for node in combo.nodes:
                     shared.setdefault(node.id, node)
-            key = sha256_hex(combo.template % col.key_texts)
+            key_text = combo.template % col.key_texts
+            key_parts = combo.head + col.key_values + combo.tail
+            if target.weights != "embedded":  # embedded: the keys from before weights modes existed
+                weights_part = _weights_part(target.weights, model, inputs, refit_parts)
+                # "weights" sorts after every other field: canonical JSON of the key inputs with it added
+                key_text = f'{key_text[:-1]},"{WEIGHTS_KEY_FIELD}":{canonical_json(weights_part)}}}'
+                key_parts = (*key_parts, weights_part)
+            key = sha256_hex(key_text)
             # the cell's gate: matrix rules' over the target's over the model's (``Manifest.gate_for``), as a model
             # with it; cells with the same settings object share one
             gmodel, parity, benchmark = row_gate or gates.of(
@@ -154,7 +167,7 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 address=address, manifest=manifest.file, model=model.name, model_version=model.version,
                 model_path=model.source.path, precision=spec, profile_set=set_name, profiles=row.profiles,
                 target=target, route=how.work.route or "none", build_key=key,
-                key_parts=combo.head + col.key_values + combo.tail, transform_node=combo.transform_node,
+                key_parts=key_parts, transform_node=combo.transform_node,
                 blocked=blocked, gate_key=cell_gate_key,
                 gate_parts=(col.runtime.value, parity.value, benchmark.value, col.deploy.value),
                 calibrate_node=combo.calibrate_node, toolchain=col.toolchain,
@@ -165,6 +178,19 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
         raise ManifestError(problems)
     cells.sort(key=attrgetter("address"))
     return BuildGraph(cells=tuple(cells), nodes=shared, per_cell=_CellNodes().of)
+
+
+def _weights_part(mode: str, model: Model, inputs: ResolveInputs, made: dict[str, Any]) -> Any:
+    """The build key's ``weights`` part of a target whose weights are not embedded: ``stripped`` by its mode; a
+    refittable cell by the graph and weights a refit is planned from (``core.weights.refit_inputs``), made once per
+    model file; a model whose structure is not known keys its refittable cells by mode alone."""
+    if mode != "refittable":
+        return mode
+    path = model.source.path
+    if path not in made:
+        found = inputs.model_structures.get(path)
+        made[path] = refit_inputs(*found) if found else {"mode": "refittable"}
+    return made[path]
 
 
 # ``gatekeys.settings_digest``: canonical JSON of the digest of each gate input but the build key (the schema as

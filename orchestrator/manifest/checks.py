@@ -286,6 +286,11 @@ def check_target(target: Target, path: Path, capabilities: CapabilitiesFn, build
             hint = f"{hint}; set builder_version alongside serve"
         out.append(Finding(path + ("builder_version" if target.serve is None else "serve",), message, hint))
     _check_options(target, path, caps, out)
+    if target.weights not in caps.weights_modes:
+        why = caps.weights_missing_reason.get(target.weights) or "it builds no such engines"
+        out.append(Finding(path + ("weights",), f"{target.builder} {target.builder_version} cannot build "
+                           f"weights: {target.weights} engines: {why}",
+                           f"it can build: {', '.join(sorted(caps.weights_modes))} (docs/refit.md)"))
     try:
         resolve_toolchain(target, caps.provisioning)
     except ToolchainProblem as e:

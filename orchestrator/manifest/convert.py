@@ -135,7 +135,8 @@ def _gate(raw: dict, base_dir: str) -> GateSettings:
             blocks=bench.get("blocks"), block_gap_s=bench.get("block_gap_s"),
             max_spread_pct=bench.get("max_spread_pct"), max_p99_p50_ratio=bench.get("max_p99_p50_ratio"),
             max_cv_pct=bench.get("max_cv_pct"), max_device_memory_mib=bench.get("max_device_memory_mib"),
-            soak_s=bench.get("soak_s"), max_memory_growth_mib=bench.get("max_memory_growth_mib")),
+            soak_s=bench.get("soak_s"), max_memory_growth_mib=bench.get("max_memory_growth_mib"),
+            max_refit_cost_pct=bench.get("max_refit_cost_pct")),
         drift=_drift(raw.get("drift", {})),
         allow_ungated_publish=raw.get("allow_ungated_publish", False),
         require_gpu_parity=tuple(raw.get("require_gpu_parity", ())))
@@ -347,7 +348,8 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
         options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
         cpu_match=raw.get("cpu_match", "any"),
-        serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")))
+        serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")),
+        weights=raw.get("weights", "embedded"))
 
 
 def _toolchain(raw: str | dict) -> Toolchain:

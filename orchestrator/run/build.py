@@ -4,7 +4,8 @@ into one engine, written only into ``task.out_dir``.
 Caches: a native int8 build reads the calibration cache of its ``calibrate`` dependency (never calibrates
 again); a pinned build (``timing_cache: {pin: true}``) starts from the published timing cache the app fetched
 (``BuildPayload.timing_cache``). The result records the calibration cache and the timing cache's digests as read
-and written; the timing cache the build left is copied beside the engine, so publishing attaches exactly it."""
+and written; the timing cache the build left is copied beside the engine, so publishing attaches exactly it. A cell
+whose engines are not ``embedded`` also writes the weights blob of the ONNX it built from (``run.weights_blob``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from orchestrator.errors import BuildError
 from orchestrator.metadata import model_io
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
 from orchestrator.run.prepare import calibration_cache_of
+from orchestrator.run.refit import refit_published
+from orchestrator.run.weights_blob import build_weights, fetched_weights, write_blob
+from orchestrator.weights_file import DATA_NAME, GRAPH_NAME
 
 TIMING_CACHE = "timing.cache"
 
@@ -38,6 +42,8 @@ class BuildPayload:
     # a re-gate: the engine published under this digest (same build key) is fetched, never rebuilt
     registry: RegistryConfig | None = None
     published_digest: str | None = None
+    # a ``~ refit``: the refittable engine published under this digest takes the new weights (run.refit)
+    refit_digest: str | None = None
 
 
 def _fetch_published(task: StepTask, payload: BuildPayload) -> StepOutcome:
@@ -48,8 +54,12 @@ def _fetch_published(task: StepTask, payload: BuildPayload) -> StepOutcome:
         log(f"re-gate {cell.address}: fetching the published engine {payload.published_digest} (build key "
             f"{cell.build_key}, unchanged: not rebuilt)")
         engine = task.out_dir / f"engine-{payload.published_digest.split(':')[-1][:16]}"
-        stored = plugins.open_store(payload.registry).get(payload.published_digest, engine)
+        store = plugins.open_store(payload.registry)
+        stored = store.get(payload.published_digest, engine)
         meta = stored.metadata
+        if meta.get("build_key") != cell.build_key:  # another record of the same bytes (identical engines)
+            meta = next((r.metadata for r in store.records(cell.model) if r.digest == stored.digest
+                         and r.metadata.get("build_key") == cell.build_key), meta)
         if meta.get("build_key") != cell.build_key:
             raise BuildError(f"the store delivered {meta.get('address')} with build key {meta.get('build_key')}, "
                              f"not {cell.build_key}", node=task.node.id, hint="re-run `orchestrate plan`")
@@ -58,13 +68,18 @@ def _fetch_published(task: StepTask, payload: BuildPayload) -> StepOutcome:
             engine = engine.rename(task.out_dir / name)
         log(f"fetched {engine.name} ({stored.digest}), built by {meta['builder']['name']} "
             f"{meta['builder']['version']} on {RunnerFingerprint.from_json(meta.get('runner') or {}).describe()}")
-    return StepOutcome(files=(engine.name,), data={
+        weights = fetched_weights(store, meta, task.out_dir)  # a stripped engine: its blob too, for its gates
+        if weights:
+            log(f"fetched its weights blob {weights['blob']['data_digest']}")
+    files = (engine.name,) + tuple(f"{weights['blob']['dir']}/{n}" for n in (GRAPH_NAME, DATA_NAME) if weights)
+    return StepOutcome(files=files, data={
         "engine": engine.name, "engine_digest": hash_file(str(engine))[0], "engine_size": engine.stat().st_size,
         "builder": meta["builder"]["name"], "builder_version": meta["builder"]["version"],
         "build_seconds": float((meta.get("timings") or {}).get("build_seconds", 0.0)), "log": None,
         "layer_info": None, "metadata": {}, "runner": meta.get("runner") or {}, "calibration": None,
         "timing_cache": None, "io": meta.get("io"), "from_store": {"digest": stored.digest, "location": stored.location,
-                                              "caches": meta.get("caches") or {}}})
+                                              "caches": meta.get("caches") or {},
+                                              "weights": meta.get("weights")}, **weights})
 
 
 def step_build(task: StepTask) -> StepOutcome:
@@ -81,6 +96,13 @@ def step_build(task: StepTask) -> StepOutcome:
     calibration: dict | None = None
     calib_path = None
     with open_step_log(task) as log:
+        if payload.refit_digest is not None and payload.registry is not None:
+            refitted = refit_published(cell, payload.registry, payload.refit_digest, onnx_path, task.out_dir,
+                                       payload.fingerprint.to_json(), log)
+            if refitted is not None:
+                blob = refitted["blob"]
+                return StepOutcome(files=(refitted["engine"], f"{blob['dir']}/{blob['graph']}",
+                                          f"{blob['dir']}/{blob['data']}"), data=refitted)
         log(f"build {cell.address} key {cell.build_key}")
         if cell.calibrate_node:
             found = calibration_cache_of(task.dep_dirs[cell.calibrate_node])
@@ -126,6 +148,12 @@ def step_build(task: StepTask) -> StepOutcome:
     for extra in (result.log_path, result.layer_info_path):
         if extra and Path(extra).is_file() and Path(extra).resolve().is_relative_to(task.out_dir.resolve()):
             files.append(rel(extra))
+    weights: dict = {}
+    if cell.target.weights != "embedded":  # the blob of the ONNX it was built from, beside it (run.weights_blob)
+        blob = write_blob(onnx_path, task.out_dir)
+        weights = {"weights": build_weights(cell, result.metadata.get("weights")), "blob": blob,
+                   "precision": cell.precision.name}
+        files += [f"{blob['dir']}/{blob['graph']}", f"{blob['dir']}/{blob['data']}"]
     return StepOutcome(files=tuple(files), data={
         "engine": rel(engine),
         "engine_digest": hash_file(str(engine))[0],  # the engine's content digest, "sha256:<hex>"
@@ -140,5 +168,6 @@ def step_build(task: StepTask) -> StepOutcome:
         "calibration": calibration,
         "timing_cache": timing,
         "io": model_io(onnx_path),
+        **weights,
     })
 

@@ -28,9 +28,11 @@ from orchestrator.errors import GateError
 from orchestrator.gates.conditions import nvml_probe
 from orchestrator.gates.drift import OUTPUTS_FILE, OutputRecorder, drift_case, judge_drift, latency_drift, load_outputs
 from orchestrator.gates.inputs import benchmark_inputs, gate_cases
+from orchestrator.gates.refit_cost import refit_cost
 from orchestrator.gates.run import BlockSchedule, probe_memory, run_benchmark, run_parity, run_soak
 from orchestrator.gates.verdict import BenchmarkVerdict, ParityVerdict
 from orchestrator.run.executor import StepOutcome, StepTask, open_step_log
+from orchestrator.run.weights_blob import refit_for_gate
 
 
 @dataclass(frozen=True)
@@ -47,16 +49,21 @@ class GatePayload:
     # a re-gate whose other gate's settings moved: the verdict this gate gave the same engine under these very
     # settings, as published (``app.gating.kept_verdicts``); written as this node's verdict, nothing is run again
     kept: dict[str, Any] | None = None
+    # a refittable cell's benchmark: the published embedded engine of this cell timed on this GPU model
+    # ({"record", "verdict"}, ``app.gating.embedded_baseline``; gates.refit_cost), None: none
+    embedded: dict[str, Any] | None = None
 
 
 def built_engine(task: StepTask, payload: GatePayload) -> tuple[Path, EngineDescriptor]:
-    """The built engine and its descriptor, from the build node's result."""
+    """The built engine and its descriptor, from the build node's result; a stripped engine refitted from the weights
+    blob beside it (what a deployment runs, ``run.weights_blob``), its descriptor still naming the engine as built
+    (the digest the verdicts are given to and publish checks)."""
     cell = payload.cell
     build_dir = Path(task.dep_dirs[f"build:{cell.address}"])
     data = json.loads((build_dir / "result.json").read_text())["data"]
     engine = EngineDescriptor.for_cell(cell, runtime=payload.runtime, builder_version=data["builder_version"],
                                        digest=data["engine_digest"], size=data["engine_size"])
-    return build_dir / data["engine"], engine
+    return refit_for_gate(build_dir, data, build_dir / data["engine"], engine, task.out_dir), engine
 
 
 def _profile_names(cell: Cell) -> list[str]:
@@ -294,6 +301,16 @@ def _benchmark_drift(payload: GatePayload, model: Model, verdict: BenchmarkVerdi
                          noise_pct=gated.gated.spread_pct, clock=gated.clock)
 
 
+def _refit_cost(payload: GatePayload, model: Model, verdict: BenchmarkVerdict) -> dict[str, Any] | None:
+    """A non-embedded cell's latency against its embedded engine's (``gates.refit_cost``); None: embedded."""
+    mode = payload.cell.target.weights
+    gated = next((s for s in verdict.shapes if s.label == verdict.thresholds.get("gated_shape")), None)
+    if mode == "embedded" or gated is None:
+        return None
+    return refit_cost(gated.gated.p50_ms, gated.input_shapes, gated.label, mode, payload.embedded,
+                      model.gate.benchmark.max_refit_cost_pct, series=gated.gated_name)
+
+
 def _benchmark_log(verdict: BenchmarkVerdict) -> list[str]:
     lines = []
     for s in verdict.shapes:
@@ -359,6 +376,14 @@ def step_benchmark(task: StepTask) -> StepOutcome:
         drift = _benchmark_drift(payload, model, verdict)
         status = verdict.status
         reasons = list(verdict.reasons)
+        cost = _refit_cost(payload, model, verdict)
+        if cost is not None:
+            log(f"weights {cost['mode']}: " + (f"p50 {cost['cost_pct']:+.1f}% against the embedded engine "
+                                               f"({cost['embedded_p50_ms']:.4g} ms)" if cost["cost_pct"] is not None
+                                               else "; ".join(cost["notes"])))
+            if cost["status"] == "failed" and status != "noisy":
+                status = "failed"
+                reasons += cost["reasons"]
         memory, soak = _memory_checks(session_for, engine, model, profile, verdict, device)
         for section in (memory, soak):
             if section is None:
@@ -382,7 +407,7 @@ def step_benchmark(task: StepTask) -> StepOutcome:
         log(f"verdict: {status}" + "".join(f"\n  {r}" for r in why))
     report = {"kind": "benchmark", "address": engine.address, "engine_digest": engine.digest,
               "status": status, "profile": profile, "verdict": verdict.to_json(), "gate_key": task.node.key,
-              "runner": payload.runner, "drift": drift, "memory": memory, "soak": soak}
+              "runner": payload.runner, "drift": drift, "memory": memory, "soak": soak, "refit_cost": cost}
     if status == "noisy":
         # no verdict: nothing is written to the node, nothing cached; publishing treats it as pending
         return StepOutcome(status="pending", reason="benchmark noisy: " + "; ".join(noisy),

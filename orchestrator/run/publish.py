@@ -30,6 +30,7 @@ from orchestrator.errors import PlanError
 from orchestrator.metadata import engine_file, new_metadata, utc_now
 from orchestrator.run.executor import StepOutcome, StepTask
 from orchestrator.run.signing import attach_referrer, sign_statement
+from orchestrator.run.weights_blob import engine_weights_entry, republished_weights
 from orchestrator.run.workspace import read_gate_report
 
 
@@ -220,6 +221,8 @@ def _put_again(store: Store, record: StoredArtifact, payload: PublishPayload, ou
         manifest_path=payload.manifest_file, git_commit=git_commit(payload.manifest_file), started_on=utc_now(),
         finished_on=utc_now(), calibration_digest=calib, platform_specific=payload.platform_specific,
         caches=old.get("caches") or {}, io=old.get("io"),
+        weights=republished_weights(store, old, model.name, model.version, out, payload.manifest_file,
+                                    git_commit(payload.manifest_file)),
         reused_from={"record_key": str(old.get("record_key") or old["build_key"]),
                      "model_version": str(old["model"]["version"])})
     signed = sign_statement(meta, payload.registry, out)  # the new version's statement, signed like any other
@@ -279,6 +282,9 @@ def step_publish(task: StepTask) -> StepOutcome:
     manifest_path = payload.manifest_file
     calib_data = (cell.key_inputs.get("calibration") or {}).get("data") or {}
     calib = calib_data.get("digest")
+    store = plugins.open_store(payload.registry)
+    # an engine that is not embedded: its weights record first (once per blob), then the engine pointing at it
+    weights = engine_weights_entry(store, build_dir, build, cell, model, manifest_path, git_commit(manifest_path))
     meta = new_metadata(
         address=cell.address, model_name=model.name, model_version=model.version,
         model_digest=cell.key_inputs["model"]["digest"], precision=cell.precision.name,
@@ -292,12 +298,12 @@ def step_publish(task: StepTask) -> StepOutcome:
                           caveats=tuple(c for c in (parity_caveat(precision, device, parity_status),) if c)),
         timings={"build_seconds": float(build.get("build_seconds", 0.0))}, manifest_path=manifest_path,
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
-        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"))
+        calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"),
+        weights=weights)
     signed = sign_statement(meta, payload.registry, task.out_dir)  # registry.signing (docs/trust.md)
     if signed is not None:
         attachments += (signed.attachment,)
     # a forced publish of a failed engine stays visible: gates.status "failed" with the override recorded
-    store = plugins.open_store(payload.registry)
     stored = store.put(ArtifactFiles(engine=engine, metadata=meta, log=log, extra=extras, attachments=attachments))
     attach_referrer(store, stored, signed)
     return _outcome(stored, meta, cell, status, signed.signer if signed else None)

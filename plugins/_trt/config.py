@@ -15,6 +15,13 @@ flags deprecated in 10.12 ("Superseded by strong typing") and removed in 11.0, w
 10.1); ``device_memory_size_v2`` from 10.1; ``tiling_optimization_level`` from 10.8;
 ``HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY`` from 10.9; ``ERROR_ON_TIMING_CACHE_MISS`` from 10.0.
 
+Weights (``targets[].weights``, docs/refit.md): ``BuilderFlag.REFIT`` exists from 8.6; ``STRIP_PLAN`` and
+``REFIT_IDENTICAL`` from 10.0 (absent from the 8.6.1 surface; trtexec ``--stripWeights`` from v10.0.1).
+``stripped``: STRIP_PLAN + REFIT_IDENTICAL (the weights come back unchanged at deployment; TensorRT 11.3's
+refitting page: REFIT may drop a GEMM bias, REFIT_IDENTICAL does not); ``refittable``: REFIT, + STRIP_PLAN from 10.0
+(8.6 keeps the weights in a refittable engine). ``REFIT_INDIVIDUAL`` (10.7+, absent in 10.0.1/10.1.0) marks chosen
+weights refittable; this tool refits every weight, so it is not used.
+
 Timing caches: a pinned build (``BuildRequest.timing_cache``) sets ``BuilderFlag.ERROR_ON_TIMING_CACHE_MISS`` /
 ``--errorOnTimingCacheMiss`` from 10.0 (absent from the 8.6.1 surface and trtexec 8.6.1); 8.6 starts from the
 pinned cache but times what it lacks. TensorRT-RTX 1.2 made the timing cache a no-op that forces a GPU during AOT
@@ -28,7 +35,7 @@ from typing import Any, Literal
 
 from orchestrator.contracts.builder import BuilderCapabilities, Provisioning
 from orchestrator.core.model import BuilderOptions, PrecisionSpec, Target
-from orchestrator.core.versions import parse_cc, parse_version
+from orchestrator.core.versions import parse_cc, parse_version, version_text
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import calibration as _calibration
 from trt_orchestrator_plugins._trt import extra_options as _extra
@@ -80,10 +87,20 @@ class BuildConfigPlan:
     calibration_method: str | None = None
     # the build starts from a given (published) timing cache rather than the shared local one
     timing_cache_pinned: bool = False
+    # where the engine's weights live (``targets[].weights``); its BuilderFlags are in builder_flags
+    weights: str = "embedded"
 
     @property
     def strongly_typed(self) -> bool:
         return "STRONGLY_TYPED" in self.network_flags
+
+    def weights_json(self) -> dict | None:
+        """What the build did with the weights (None: embedded): its mode, whether the plan lacks them (STRIP_PLAN:
+        a deployment refits it), the BuilderFlags set (``core.weights``, the build step reads ``stripped``)."""
+        if self.weights == "embedded":
+            return None
+        flags = [f for f in self.builder_flags if f in ("STRIP_PLAN", "REFIT", "REFIT_IDENTICAL")]
+        return {"mode": self.weights, "stripped": "STRIP_PLAN" in flags, "flags": flags}
 
     def to_json(self) -> dict:
         """What the build used, for the artifact's metadata."""
@@ -101,6 +118,7 @@ class BuildConfigPlan:
             "extra": dict(self.extra),
             "runtime_platform": self.runtime_platform,
             "calibration_method": self.calibration_method,
+            "weights": self.weights,
         }
 
 
@@ -110,6 +128,39 @@ def memory_api(version: str | tuple[int, ...], flavour: Flavour = "tensorrt") ->
     if flavour == "tensorrt-rtx" or v >= (10, 1):
         return "device_memory_size_v2"
     return "device_memory_size"
+
+
+STRIP_PLAN_SINCE = (10, 0)  # BuilderFlag.STRIP_PLAN / REFIT_IDENTICAL, trtexec --stripWeights
+
+
+def weights_flags(version: str | tuple[int, ...], flavour: Flavour, mode: str) -> tuple[str, ...]:
+    """The BuilderFlag names ``targets[].weights: mode`` sets, or ``BuildError`` when this release cannot build it
+    (see the module docstring for the facts per release)."""
+    v = parse_version(version) if isinstance(version, str) else version
+    strips = flavour == "tensorrt-rtx" or v >= STRIP_PLAN_SINCE
+    if mode == "embedded":
+        return ()
+    if mode == "stripped":
+        if not strips:
+            raise BuildError(weights_missing_reasons(v, flavour)["stripped"])
+        return ("STRIP_PLAN", "REFIT_IDENTICAL")
+    if mode == "refittable":
+        return ("REFIT", "STRIP_PLAN") if strips else ("REFIT",)
+    raise BuildError(f"unknown weights mode {mode!r}", hint="weights: embedded, stripped or refittable")
+
+
+def weights_modes(version: tuple[int, ...], flavour: Flavour) -> frozenset[str]:
+    if flavour == "tensorrt-rtx" or version >= STRIP_PLAN_SINCE:
+        return frozenset({"embedded", "stripped", "refittable"})
+    return frozenset({"embedded", "refittable"})
+
+
+def weights_missing_reasons(version: tuple[int, ...], flavour: Flavour) -> dict[str, str]:
+    if flavour == "tensorrt-rtx" or version >= STRIP_PLAN_SINCE:
+        return {}
+    return {"stripped": f"TensorRT {version_text(version)} has no BuilderFlag.STRIP_PLAN (added in 10.0; trtexec "
+                        "--stripWeights too): a weight-stripped engine needs TensorRT >= 10.0; 8.6 builds "
+                        "weights: refittable (BuilderFlag.REFIT, weights kept in the engine)"}
 
 
 def _removed_in_11(precision: str) -> str:
@@ -191,6 +242,8 @@ def capabilities(version: str, flavour: Flavour = "tensorrt", *, tool: Tool = "p
         native_calibration_methods=(frozenset(_calibration.TRTEXEC_METHODS if tool == "trtexec"
                                               else _calibration.CALIBRATORS) if calibrates else None),
         version_problem=_releases.exact_problem(version, flavour),
+        weights_modes=weights_modes(v, flavour),
+        weights_missing_reason=weights_missing_reasons(v, flavour),
     )
 
 
@@ -323,6 +376,8 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
             notes.append(f"{vtext} has no ERROR_ON_TIMING_CACHE_MISS (added in 10.0): the build starts from the "
                          "pinned timing cache but times any tactic it lacks instead of failing")
 
+    builder_flags += list(weights_flags(v, flavour, target.weights))
+
     extra = () if rtx else _extra.extra_settings(v, tool, dict(options.extra), vtext)
     if rtx and options.extra:
         raise BuildError(f"{vtext} applies no extra options; got {sorted(options.extra)}",
@@ -359,5 +414,6 @@ def plan_build_config(version: str, flavour: Flavour, precision: PrecisionSpec, 
         extra=extra,
         runtime_platform=runtime_platform,
         calibration_method=precision.calibration_method if calibrator else None,
+        weights=target.weights,
         timing_cache_pinned=pinned_timing_cache,
     )

@@ -19,6 +19,15 @@ level are recorded in the metadata and ``available`` requires the target's ORT m
   tied to the CPU architecture it was optimized on; the target's platform is a key input, ``available`` refuses a
   runner of another platform, and ``pull`` refuses another platform's engines.
 - No timing cache, no native calibration.
+- Weights (``targets[].weights``, docs/refit.md): ``stripped`` keeps every initializer of the optimized model that
+  is byte for byte a tensor of the model version's weights blob as ONNX external data at that tensor's place in the
+  blob's ``weights.bin`` (``orchestrator.weights_file.strip_identical``); an initializer the optimizer rewrote (a
+  Conv folded with its BatchNorm, NCHWc-reordered weights at level ``all`` on the CPU) stays inside, and the build
+  metadata says how many bytes went each way. The deployment puts the bytes back (the runtime's ``refit``). Where
+  the optimizer rewrote most weight bytes, stripping would cost the blob and save little: the engine then keeps all
+  its weights (``stripped: false`` with the reason; measured on the demo's convolutional models at level ``all``).
+  ``refittable`` is refused: an optimized model bakes weights into rewritten initializers, so new weights are a new
+  optimization (a rebuild), not a refit.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from orchestrator.core.artifact import ONNX_ENGINE_MEDIA_TYPE
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
 from orchestrator.errors import BuildError, NoSpaceError
+from orchestrator.weights_file import data_digest_of, strip_identical
 from trt_orchestrator_plugins._onnx.io import EXTERNAL_DATA_THRESHOLD, model_bytes
 
 ENGINE_NAME = "engine.onnx"
@@ -100,6 +110,10 @@ class OnnxRuntimeBuilder:
             platform_specific=True,
             calibration_family=None,
             pins_timing_cache=False,
+            weights_modes=frozenset({"embedded", "stripped"}),
+            weights_missing_reason={"refittable": "an onnxruntime-optimized model bakes its weights into rewritten "
+                                                  "initializers (fused, reordered): new weights need a new "
+                                                  "optimization, which is a rebuild (seconds), not a refit"},
             provisioning=Provisioning(
                 # builder_version is "1.31" or "1.31.1": the family pins every patch release of it
                 pip_requirements={"": (f"onnxruntime=={version}" + (".*" if version.count(".") == 1 else ""),),
@@ -195,6 +209,7 @@ class OnnxRuntimeBuilder:
             raise BuildError(f"onnxruntime wrote no optimized model to {engine_path}", node=request.address)
 
         before, after = _op_histogram(Path(request.onnx_path)), _op_histogram(engine_path)
+        weights = self._strip(request, engine_path) if request.target.weights == "stripped" else None
         facts = {
             "onnxruntime_version": ort.__version__,
             "provider": provider,
@@ -210,6 +225,8 @@ class OnnxRuntimeBuilder:
             "nodes_after": sum(after.values()),
             "engine_bytes": engine_path.stat().st_size,
         }
+        if weights is not None:
+            facts["weights"] = weights
         lines = [f"{k}: {v}" for k, v in facts.items() if k != "io_tensors"]
         lines.append(f"build_seconds: {build_seconds:.3f}")
         lines += [f"op {op}: {before.get(op, 0)} -> {after.get(op, 0)}"
@@ -221,6 +238,12 @@ class OnnxRuntimeBuilder:
             if full is None:
                 raise
             raise full from e
+        if weights is not None and weights["stripped"]:
+            request.log(f"onnxruntime: stripped {weights['stripped_tensors']} initializers "
+                        f"({weights['stripped_bytes']} bytes) into the weights blob; {weights['kept_tensors']} "
+                        f"({weights['kept_bytes']} bytes) the optimizer rewrote stay in the engine")
+        elif weights is not None:
+            request.log(f"onnxruntime: not stripped: {weights['why_not']}")
         request.log(f"onnxruntime: optimized {request.onnx_path.name} for {provider} at level {level_name}: "
                     f"{facts['nodes_before']} -> {facts['nodes_after']} nodes in {build_seconds:.2f}s")
         return BuildResult(
@@ -232,6 +255,36 @@ class OnnxRuntimeBuilder:
             layer_info_path=None,
             metadata=facts,
         )
+
+
+    @staticmethod
+    def _strip(request: BuildRequest, engine_path: Path) -> dict:
+        """``weights: stripped``: the engine's initializers that the blob of the ONNX it was built from holds become
+        external data into that blob (the module docstring); what went where, and the blob data it needs."""
+        stripped = engine_path.with_name(f".stripped-{engine_path.name}")
+        try:
+            blob_digest, table = data_digest_of(Path(request.onnx_path))
+            stats = strip_identical(engine_path, table, stripped)
+            # Stripped only where it pays: the blob holds every weight of the model, so an engine whose optimizer
+            # rewrote most of its weights (Conv+BatchNorm folded, NCHWc reordered at level "all") would cost the
+            # blob and keep nearly as many bytes itself; such an engine carries its weights (nothing to refit).
+            pays = stats["stripped_bytes"] >= stats["kept_bytes"] and stats["stripped_tensors"] > 0
+            if pays:
+                stripped.replace(engine_path)
+        except OSError as e:
+            full = no_space(e, engine_path)
+            if full is not None:
+                raise full from e
+            raise BuildError(f"could not strip the weights of {engine_path.name}: {e}", node=request.address) from e
+        finally:
+            stripped.unlink(missing_ok=True)
+        facts = {"mode": "stripped", "stripped": pays, "blob_data_digest": blob_digest, **stats}
+        if not pays:
+            facts["why_not"] = (f"the optimizer rewrote {stats['kept_bytes']} of "
+                                f"{stats['kept_bytes'] + stats['stripped_bytes']} weight bytes: the engine keeps them "
+                                "all (stripping would publish the blob and keep most bytes; ort_optimization: basic "
+                                "or extended rewrites fewer)")
+        return facts
 
 
 builder = OnnxRuntimeBuilder()

@@ -25,6 +25,13 @@ without importing it (``_trt.install``).
   OS. The AOT list itself supports this: the same x86_64 wheel that builds here offers ``ComputeCapability.SM121``
   (GB10, a part only sold in aarch64 systems) as a target.
 - No native calibration (no INT8 flag, calibrators deprecated): ``calibration_family`` None.
+- Weights (``targets[].weights``, docs/refit.md): ``stripped`` sets ``BuilderFlag.STRIP_PLAN`` + ``REFIT_IDENTICAL``,
+  ``refittable`` ``REFIT`` + ``STRIP_PLAN`` (RTX's weightless workflow, "Refitting Engines",
+  https://docs.nvidia.com/deeplearning/tensorrt-rtx/latest/inference-library/refitting-engines.html ). Measured with
+  RTX 1.7.1.116 on a machine with no CUDA driver: plain AOT builds succeed, but any of REFIT, REFIT_IDENTICAL or
+  STRIP_PLAN makes ``build_serialized_network`` fail with "MyelinCheckException: graph_jit.cpp:278:
+  CHECK(status == CUDA_SUCCESS) failed" (even for a one-Conv model), so ``available`` asks for a runner with an
+  NVIDIA driver for those targets and a build without one says why.
 """
 
 from __future__ import annotations
@@ -40,10 +47,10 @@ from pathlib import Path
 from orchestrator.contracts.builder import BuilderCapabilities, BuildRequest, BuildResult, Provisioning, probe_target
 from orchestrator.core.fingerprint import RunnerFingerprint
 from orchestrator.core.model import Target
-from orchestrator.core.versions import same_release
+from orchestrator.core.versions import parse_version, same_release
 from orchestrator.errors import BuildError
 from trt_orchestrator_plugins._trt import install
-from trt_orchestrator_plugins._trt.config import RTX_READS
+from trt_orchestrator_plugins._trt.config import RTX_READS, weights_flags, weights_missing_reasons, weights_modes
 from trt_orchestrator_plugins._trt.plan_header import read_header
 from trt_orchestrator_plugins._trt.releases import exact_problem
 
@@ -280,6 +287,8 @@ class TensorRtxBuilder:
                 pip_requirements={"": (f"tensorrt-rtx=={version}",)},
                 container_missing=f"NVIDIA publishes no container image of TensorRT-RTX {version}"),
             version_problem=exact_problem(version, "tensorrt-rtx"),
+            weights_modes=weights_modes(parse_version(version), "tensorrt-rtx"),
+            weights_missing_reason=weights_missing_reasons(parse_version(version), "tensorrt-rtx"),
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
@@ -294,6 +303,10 @@ class TensorRtxBuilder:
             return "tensorrt-rtx targets compute capabilities, not a hardware compatibility level"
         if target.options.version_compatible:
             return "TensorRT-RTX engines are not compatible across RTX releases; drop version_compatible"
+        if target.weights != "embedded" and not fingerprint.driver_version:
+            return (f"TensorRT-RTX {installed} builds weights: {target.weights} engines only where a CUDA driver is "
+                    "present (measured: without one, REFIT/STRIP_PLAN builds fail in Myelin with CUDA_SUCCESS not "
+                    "met); build this target on a runner with an NVIDIA driver")
         return None
 
     def build(self, request: BuildRequest) -> BuildResult:
@@ -345,6 +358,8 @@ class TensorRtxBuilder:
             "layer_info_skipped": skipped,
             "timing_cache": "not used: deprecated no-op since RTX 1.2 that forces a GPU during AOT builds",
         }
+        if facts["options"].get("weights"):
+            metadata_["weights"] = facts["options"]["weights"]
         return BuildResult(
             engine_path=engine_path,
             log_path=log_path,
@@ -404,13 +419,23 @@ class TensorRtxBuilder:
             for i, member in enumerate(members):
                 config.set_compute_capability(member, i)
         applied = self._apply_options(trt, config, request)
+        flags = weights_flags(trt.__version__, "tensorrt-rtx", request.target.weights)
+        for name in flags:  # by name: RTX follows TensorRT 11's BuilderFlag numbering, never an integer here
+            config.set_flag(getattr(trt.BuilderFlag, name))
+        if flags:
+            applied["weights"] = {"mode": request.target.weights, "stripped": "STRIP_PLAN" in flags,
+                                  "flags": list(flags)}
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
 
         plan = builder.build_serialized_network(network, config)
         if plan is None:
+            no_driver = flags and any("CUDA_SUCCESS" in e for e in sink.errors)
             raise BuildError(
                 "TensorRT-RTX build_serialized_network failed: " + ("; ".join(sink.errors) or "no error logged"),
-                node=request.address, log_tail="\n".join(sink.tail[-15:]) or None)
+                node=request.address, log_tail="\n".join(sink.tail[-15:]) or None,
+                hint=(f"weights: {request.target.weights} (BuilderFlag {', '.join(flags)}) needs a CUDA driver on "
+                      "the build runner with this TensorRT-RTX (measured with 1.7.1.116); build it on a runner with "
+                      "an NVIDIA driver" if no_driver else None))
         io = [
             {"name": t.name, "mode": "input" if t.is_network_input else "output",
              "dtype": str(t.dtype).rsplit(".", 1)[-1], "shape": list(t.shape)}

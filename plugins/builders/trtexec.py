@@ -23,6 +23,9 @@ READMEs are stale: they still show ``--int8``/``--workspace``) and NVIDIA's trte
 - Platform: as the ``tensorrt`` builder; the linux/x86_64 -> windows/x86_64 cross-build passes
   ``--runtimePlatform=WindowsAMD64`` (10.2+ in the Python API; in the option tables from v10.7.0) and skips
   ``--exportLayerInfo`` (the engine cannot be deserialized on the host).
+- Weights (``targets[].weights``): ``stripped`` -> ``--stripWeights`` (STRIP_PLAN + REFIT_IDENTICAL),
+  ``refittable`` -> ``--refit --stripWeights`` (REFIT + STRIP_PLAN), both from v10.0.1; on 8.6 ``refittable`` is
+  ``--refit`` alone and ``stripped`` is refused (no ``--stripWeights`` in the v8.6.1 option table).
 - More than one optimization profile: ``--profile=<i>`` before each shapes triple (10.0+); trtexec 8.6 builds one
   profile only and is refused.
 
@@ -134,6 +137,13 @@ def trtexec_command(version: str, request: BuildRequest, *, executable: str = "t
         cmd.append("--versionCompatible")
     if "EXCLUDE_LEAN_RUNTIME" in plan.builder_flags:
         cmd.append("--excludeLeanRuntime")
+    # weights (plan.weights): --stripWeights is STRIP_PLAN with REFIT_IDENTICAL, "--stripWeights --refit" STRIP_PLAN
+    # with REFIT (trtexec --help: "Default to latter, but you can switch to the former by enabling both
+    # --stripWeights and --refit"); both from v10.0.1, --refit alone on 8.6 (the plan refused 8.6 + stripped)
+    if "REFIT" in plan.builder_flags:
+        cmd.append("--refit")
+    if "STRIP_PLAN" in plan.builder_flags:
+        cmd.append("--stripWeights")
     if plan.workspace_bytes is not None:
         mib = plan.workspace_bytes >> 20
         # 8.6 parses a plain number as MiB; 10.x accepts B/K/M/G suffixes (default unit still MiB).
@@ -404,7 +414,10 @@ class TrtexecBuilder:
             build_seconds=report.build_seconds or seconds,
             layer_info_path=layer_info if layer_info.exists() else None,
             metadata={"command": cmd, "trtexec_version": report.tensorrt_version, "timing_cache": facts,
-                      "calibration": calibration, "platform": request.target.platform, "built_on": host},
+                      "calibration": calibration, "platform": request.target.platform, "built_on": host,
+                      **({"weights": {"mode": request.target.weights, "stripped": "--stripWeights" in cmd,
+                                      "flags": [a for a in cmd if a in ("--refit", "--stripWeights")]}}
+                         if request.target.weights != "embedded" else {})},
             timing_cache_read=read,
             timing_cache_written=written,
             timing_cache_path=cache_file if written else None,

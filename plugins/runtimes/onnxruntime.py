@@ -39,12 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.contracts.runtime import RuntimeOptions, Timing, TritonBackend
+from orchestrator.contracts.runtime import RefitRequest, RefitResult, RuntimeOptions, Timing, TritonBackend
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
 from orchestrator.core.versions import parse_version, version_text
 from orchestrator.errors import GateError
+from orchestrator.weights_file import DATA_NAME, reassemble
 from trt_orchestrator_plugins.runtimes._ort_cuda import CudaTiming, benchmark_cuda, bind_outputs, device_backend
 
 NAME = "onnxruntime"
@@ -124,6 +125,22 @@ class OnnxRuntimeRuntime:
     def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> OrtSession:
         device = "cuda" if options.device == "cuda" or engine.target.device in ("cuda", "gpu") else "cpu"
         return OrtSession(Path(engine_path), device)
+
+    def refit(self, request: RefitRequest) -> RefitResult:
+        """A stripped engine (``weights: stripped``) with its weights put back: every initializer it keeps as
+        external data in the blob's ``weights.bin`` is filled from ``request.weights`` and the self-contained model
+        written to ``request.out_path`` (``orchestrator.weights_file.reassemble``). An optimized model has nothing
+        to refit with new weights (the builder refuses ``weights: refittable``)."""
+        if request.new_weights:
+            raise GateError(f"{request.engine.address}: onnxruntime engines take no new weights (an optimized "
+                            "model bakes them into rewritten initializers): rebuild it",
+                            hint="onnxruntime targets build weights: embedded or stripped")
+        data = Path(request.weights) / DATA_NAME
+        if not data.is_file():
+            raise GateError(f"{request.engine.address}: the weights blob folder {request.weights} has no {DATA_NAME}")
+        filled = reassemble(Path(request.engine_path), data, Path(request.out_path))
+        return RefitResult(Path(request.out_path), {"how": "external data put back into the optimized model",
+                                                    "tensors": filled})
 
 
 class OrtSession:

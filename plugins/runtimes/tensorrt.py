@@ -8,7 +8,7 @@ device memory is user-managed, version-aware: 10.1+ ``USER_MANAGED`` + ``device_
 ``set_device_memory``; 8.6 ``create_execution_context_without_device_memory`` + ``device_memory``
 (Polygraphy gates these at 10.1: NVIDIA/TensorRT tools/Polygraphy/polygraphy/backend/trt/runner.py; the 10.x and
 11.x surfaces in tests/conformance/data say which release has which). Host buffers are pinned; timing uses CUDA
-events.
+events. ``refit`` puts weights into stripped and refittable plans (``_trt.refit``; the RTX runtime inherits it).
 
 The benchmark's device series replays the enqueue as a CUDA graph, as trtexec ``--useCudaGraph`` does and NVIDIA's
 Developer Guide ("CUDA Graphs") shows: one ``execute_async_v3`` outside capture after the shapes are set (it updates
@@ -28,14 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.contracts.runtime import RuntimeOptions, Timing, TritonBackend
+from orchestrator.atomic import write_bytes_atomic
+from orchestrator.contracts.runtime import RefitRequest, RefitResult, RuntimeOptions, Timing, TritonBackend
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
 from orchestrator.errors import GateError
+from orchestrator.weights_file import GRAPH_NAME
 from trt_orchestrator_plugins import _cuda
 from trt_orchestrator_plugins._trt import compat, install, plan_header
 from trt_orchestrator_plugins._trt.config import memory_api
+from trt_orchestrator_plugins._trt.refit import refit_plan
 
 
 class _RuntimeLog:
@@ -310,6 +313,29 @@ class TensorRTRuntime:
             raise GateError(f"{engine_path}: {e}") from e
         return TensorRTSession(trt, plan, context, activation, stream,
                                label=f"{self.label} {engine_path.name}", on_close=on_close)
+
+    def refit(self, request: RefitRequest) -> RefitResult:
+        """A stripped or refittable plan with the weights of the blob folder ``request.weights`` (its
+        ``model.onnx`` beside ``weights.bin``), written to ``request.out_path`` atomically (``_trt.refit``: the
+        header checked first, the runtime's preflight, then Refitter / OnnxParserRefitter, the missing-weights
+        check, refit_cuda_engine, serialization with the weights)."""
+        path = Path(request.engine_path)
+        data = path.read_bytes()
+        why = plan_header.check_header(plan_header.read_header(data[: plan_header.HEADER_BYTES]), self.flavour,
+                                       request.engine.builder_version)
+        if why:
+            raise GateError(f"{path}: {why}")
+        trt = self.import_module()
+        log = _RuntimeLog()
+        logger = _logger(trt, log)
+        runtime = trt.Runtime(logger)
+        self.preflight(trt, runtime, data, path, log)
+        plan, facts = refit_plan(trt, runtime, logger, data, Path(request.weights) / GRAPH_NAME,
+                                 label=f"{self.label} {trt.__version__} refit of {request.engine.address}",
+                                 keep_refittable=request.keep_refittable,
+                                 host_code_allowed=request.engine.target.version_compatible, errors=log.tail)
+        write_bytes_atomic(request.out_path, plan)
+        return RefitResult(Path(request.out_path), facts)
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def preflight(self, trt: Any, runtime: Any, data: bytes, engine_path: Path, log: _RuntimeLog) -> None:

@@ -10,7 +10,12 @@ What it drives (our adapters, unchanged, against stand-ins of the real classes; 
   OnnxParser, profiles, config, calibrator, timing cache shared and pinned, build_serialized_network, engine
   inspector), the parser-error path, and ``calibrate`` (the stand-in builder calls the calibrator's overrides the
   way TensorRT does);
-- the ``tensorrt`` runtime's ``load`` / ``run`` / ``benchmark`` / ``close``.
+- the ``tensorrt`` runtime's ``load`` / ``run`` / ``benchmark`` / ``close``;
+- weights (issue 25): ``targets[].weights: stripped / refittable`` planned and applied (STRIP_PLAN, REFIT_IDENTICAL,
+  REFIT as the release has them; 8.6 + stripped refused) and built by the ``tensorrt`` builder, and the runtime's
+  ``refit``: Refitter, OnnxParserRefitter.refit_from_file (10.0+; 8.6: set_named_weights from the ONNX
+  initializers), the missing-weights check, refit_cuda_engine, serialization with the weights; a missing weight, a
+  failed parser refit and a failed refit_cuda_engine each refused with TensorRT's reason.
 
 No GPU: ``trt_orchestrator_plugins._cuda.call`` / ``cudart`` are replaced at module level IN THIS PROCESS ONLY by a
 fake CUDA runtime (``FakeCuda``: host memory for pinned buffers, counters for device pointers, streams, events);
@@ -55,6 +60,7 @@ from trt_orchestrator_plugins.runtimes import tensorrt as tensorrt_runtime
 KNOWN_PROBES = frozenset({
     ("Builder", "platform_has_fast_fp16"),  # _trt/config.py apply: removed in 11.0
     ("ParserError", "node_name"),  # builders/tensorrt.py parser_errors: 8.6 has node() only
+    ("ICudaEngine", "create_serialization_config"),  # _trt/refit.py: absent in 8.6 (serialize() there)
 })
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
@@ -138,7 +144,8 @@ def plan_bytes(version: str) -> bytes:
 class World:
     """The stand-in objects of one release, scripted to act like a successful TensorRT."""
 
-    def __init__(self, real: Any, rec: Recorder, *, parse_ok: bool = True, tensor_dtype: str = "FLOAT"):
+    def __init__(self, real: Any, rec: Recorder, *, parse_ok: bool = True, tensor_dtype: str = "FLOAT",
+                 missing: tuple[str, ...] = (), refit_ok: bool = True, parser_refit_ok: bool = True):
         self.real, self.rec = real, rec
         self.chk = Checker(real, rec)
         self.v = parse_version(real.__version__)
@@ -147,8 +154,12 @@ class World:
         self.networks: list[tuple[int, StandIn]] = []
         self.configs: list[StandIn] = []
         self.calibrated: list[bytes] = []
-        self.proxy = ModuleProxy(real, self.chk, {"Builder": self.builder, "OnnxParser": self.parser,
-                                                  "Runtime": self.runtime})
+        self.missing, self.refit_ok, self.parser_refit_ok = missing, refit_ok, parser_refit_ok
+        factories = {"Builder": self.builder, "OnnxParser": self.parser, "Runtime": self.runtime,
+                     "Refitter": self.refitter}
+        if hasattr(real, "OnnxParserRefitter"):
+            factories["OnnxParserRefitter"] = self.parser_refitter
+        self.proxy = ModuleProxy(real, self.chk, factories)
 
     def s(self, cls: str, **kw: Any) -> StandIn:
         return StandIn(getattr(self.real, cls), self.chk, **kw)
@@ -244,7 +255,8 @@ class World:
     def engine(self) -> StandIn:
         names = ["x", "y"]
         return self.s("ICudaEngine", values={"num_io_tensors": 2, "num_optimization_profiles": 2,
-                                             "device_memory_size": 4096, "device_memory_size_v2": 4096},
+                                             "device_memory_size": 4096, "device_memory_size_v2": 4096,
+                                             "refittable": True},
                       returns={"get_tensor_name": lambda i: names[i],
                                "get_tensor_mode": lambda n: (self.real.TensorIOMode.INPUT if n == "x"
                                                              else self.real.TensorIOMode.OUTPUT),
@@ -252,7 +264,10 @@ class World:
                                "create_execution_context": lambda *a, **k: self.context(),
                                "create_execution_context_without_device_memory": lambda: self.context(),
                                "create_engine_inspector": lambda: self.s(
-                                   "EngineInspector", returns={"get_engine_information": "{\"Layers\": []}"})})
+                                   "EngineInspector", returns={"get_engine_information": "{\"Layers\": []}"}),
+                               "create_serialization_config": lambda: self.s("ISerializationConfig"),
+                               "serialize_with_config": lambda config: BufferStandIn(plan_bytes(self.real.__version__)),
+                               "serialize": lambda: BufferStandIn(plan_bytes(self.real.__version__))})
 
     def context(self) -> StandIn:
         return self.s("IExecutionContext", returns={"get_tensor_shape": lambda n: (2, 3, 8, 8),
@@ -263,6 +278,16 @@ class World:
         if not isinstance(logger, self.real.ILogger):
             self.rec.violation("Runtime(logger): not an ILogger")
         return self.s("Runtime", returns={"deserialize_cuda_engine": lambda data: self.engine()})
+
+    def refitter(self, engine: Any, logger: Any) -> StandIn:
+        return self.s("Refitter", returns={"get_missing_weights": list(self.missing),
+                                           "refit_cuda_engine": self.refit_ok, "get_all_weights": ["w1"],
+                                           "set_named_weights": True})
+
+    def parser_refitter(self, refitter: Any, logger: Any) -> StandIn:
+        error = self.s("ParserError", returns={"desc": "weights of w1 have another count"})
+        return self.s("OnnxParserRefitter", values={"num_errors": 0 if self.parser_refit_ok else 1},
+                      returns={"refit_from_file": self.parser_refit_ok, "get_error": lambda i: error})
 
 
 class Run:
@@ -405,11 +430,11 @@ class Run:
     # -- the tensorrt builder end to end --------------------------------------------------------------------
     def request(self, tmp: Path, out: str, precision: str = "fp32", native: bool = False, *, method: str = "entropy",
                 profiles: tuple = PROFILES, pinned: Path | None = None, calibration_cache: Path | None = None,
-                **opts: Any) -> BuildRequest:
+                weights: str = "embedded", **opts: Any) -> BuildRequest:
         model = tmp / "m.onnx"
         model.write_bytes(b"onnx")
         t = Target(name="t", builder="tensorrt", builder_version=self.version, compute_capabilities=("8.9",),
-                   options=BuilderOptions(**opts))
+                   options=BuilderOptions(**opts), weights=weights)  # type: ignore[arg-type]
         return BuildRequest(address=f"m/{precision}/default@sm89", build_key="k", onnx_path=model,
                             profiles=profiles, precision=PrecisionSpec(precision, calibration_method=method),  # type: ignore[arg-type]
                             native_precision=native, target=t, options=t.options, out_dir=tmp / out,
@@ -504,6 +529,98 @@ class Run:
                 else:
                     self.fail(f"calibrate {method}: {e.message}")
 
+    # -- weights: strip and refit (issue 25) -----------------------------------------------------------------
+    def weights(self, tmp: Path) -> None:
+        flags = {"stripped": ("STRIP_PLAN", "REFIT_IDENTICAL"),
+                 "refittable": ("REFIT", "STRIP_PLAN") if self.v >= (10,) else ("REFIT",)}
+        caps = _trt_config.capabilities(self.version, "tensorrt")
+        for mode, want in flags.items():
+            target = Target(name="w", builder="tensorrt", builder_version=self.version, compute_capabilities=("8.9",),
+                            weights=mode)  # type: ignore[arg-type]
+            try:
+                plan = _trt_config.plan_build_config(self.version, "tensorrt", PrecisionSpec("fp32"), False,
+                                                     BuilderOptions(), target)
+            except BuildError as e:
+                self.refusals[f"weights {mode}"] = e.message
+                self.case("weights refused")
+                if mode in caps.weights_modes:
+                    self.fail(f"weights {mode}: planning refused what capabilities offer: {e.message}")
+                continue
+            if mode not in caps.weights_modes:
+                self.fail(f"weights {mode}: planned, yet capabilities do not offer it")
+            got = tuple(f for f in plan.builder_flags if f in ("STRIP_PLAN", "REFIT", "REFIT_IDENTICAL"))
+            if got != want:
+                self.fail(f"weights {mode}: builder flags {got}, expected {want}")
+            self.apply_plan(plan, f"weights {mode}")
+            self.case("weights planned")
+            w = self.world()
+            try:
+                result = tensorrt_builder.builder.build(self.request(tmp, f"w-{mode}", weights=mode))
+            except BuildError as e:
+                self.fail(f"build with weights {mode}: {e.message}")
+                continue
+            if not any(c == "IBuilderConfig.set_flag" for c in w.rec.calls):
+                self.fail(f"build with weights {mode}: no BuilderFlag was set")
+            if result.metadata.get("weights", {}).get("flags") != list(want):
+                self.fail(f"build with weights {mode}: metadata {result.metadata.get('weights')}")
+            self.case("weights built")
+        self.refits(tmp)
+
+    def refits(self, tmp: Path) -> None:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        from orchestrator.contracts.runtime import RefitRequest
+        from orchestrator.errors import GateError
+
+        rt = tensorrt_runtime.runtime
+        rt.import_module = lambda: sys.modules["tensorrt"]  # type: ignore[method-assign]
+        blob = tmp / "blob"
+        blob.mkdir(exist_ok=True)
+        w1 = numpy_helper.from_array(np.ones((2, 3), np.float32), "w1")
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], [w1])
+        onnx.save(helper.make_model(graph), str(blob / "model.onnx"))
+        engine_file = tmp / "stripped.plan"
+        engine_file.write_bytes(plan_bytes(self.version))
+        desc = EngineDescriptor("m/fp32/default@sm89", "fp32", "tensorrt", self.version, "tensorrt",
+                                EngineTarget("t", ("8.9",)))
+        cases = [("refit", {}, None), ("missing weights", {"missing": ("conv.w",)}, "not in model.onnx: conv.w"),
+                 ("refit_cuda_engine fails", {"refit_ok": False}, "refit_cuda_engine() failed")]
+        if self.v >= (10,):
+            cases.append(("parser refit fails", {"parser_refit_ok": False},
+                          "refit_from_file(model.onnx) failed: weights of w1 have another count"))
+        for label, kw, error in cases:
+            w = self.world(**kw)
+            out = tmp / f"refitted-{label.replace(' ', '-')}.plan"
+            try:
+                result = rt.refit(RefitRequest(engine_path=engine_file, engine=desc, weights=blob, out_path=out,
+                                               keep_refittable=True))
+            except GateError as e:
+                if error is None or error not in e.message:
+                    self.fail(f"refit ({label}): {e.message}")
+                elif out.exists():
+                    self.fail(f"refit ({label}) failed but wrote {out.name}")
+                else:
+                    self.case("refit refused")
+                continue
+            if error is not None:
+                self.fail(f"refit ({label}) did not fail (expected {error!r})")
+                continue
+            calls = set(w.rec.calls)
+            need = {"Refitter()", "Refitter.get_missing_weights", "Refitter.refit_cuda_engine"}
+            need |= ({"OnnxParserRefitter()", "OnnxParserRefitter.refit_from_file", "ICudaEngine.serialize_with_config",
+                      "ISerializationConfig.clear_flag"} if self.v >= (10,) else
+                     {"Refitter.get_all_weights", "Refitter.set_named_weights", "ICudaEngine.serialize"})
+            if need - calls:
+                self.fail(f"refit ({label}) never called {sorted(need - calls)}")
+            how = "OnnxParserRefitter.refit_from_file" if self.v >= (10,) else \
+                "Refitter.set_named_weights from the ONNX initializers"
+            if result.facts.get("how") != how or not out.read_bytes().startswith(b"ftrt"):
+                self.fail(f"refit ({label}): {result.facts}")
+            self.case("refit")
+
     # -- the tensorrt runtime -------------------------------------------------------------------------------
     def runtime(self, tmp: Path) -> None:
         rt = tensorrt_runtime.runtime
@@ -591,6 +708,7 @@ def main() -> None:
         run.planner()
         run.builds(Path(tmp))
         run.runtime(Path(tmp))
+        run.weights(Path(tmp))
     print(json.dumps({"version": str(real.__version__), "module": str(real.__file__), "cases": run.cases,
                       "violations": run.rec.violations, "deprecated": sorted(set(run.rec.deprecated)),
                       "used": sorted(set(run.rec.calls)), "refusals": run.refusals, "gates": gates,

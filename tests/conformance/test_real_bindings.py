@@ -138,3 +138,29 @@ def test_a_changed_surface_is_caught():
                      + str(real["enums"]["BuilderFlag"]),
                      "IBuilderConfig.set_flag(): only carried",
                      "IBuilderConfig.builder_optimization_level: carried settable=True, real settable=False"], found
+
+
+@pytest.mark.parametrize("version", bindings.RELEASES)
+def test_weights_strip_and_refit_conform_on_every_release(results: dict[str, dict[str, Any]], version: str):
+    """issue 25: ``weights: stripped`` (STRIP_PLAN + REFIT_IDENTICAL) and ``refittable`` (REFIT, + STRIP_PLAN from
+    10.0) are planned, applied and built against the real BuilderFlag of every release >= 10.0, and stripped is
+    refused on 8.6 (no STRIP_PLAN in its surface); the runtime's refit drives Refitter, OnnxParserRefitter.
+    refit_from_file (8.6: set_named_weights), the missing-weights check, refit_cuda_engine and the serialization, and
+    refuses a missing weight, a failed refit_cuda_engine and (10.0+) a failed parser refit."""
+    r = results[version]
+    assert "error" not in r, r.get("error")
+    cases = r["cases"]
+    if version.startswith("8."):
+        assert cases.get("weights refused") == 1 and "no BuilderFlag.STRIP_PLAN" in r["refusals"]["weights stripped"]
+        assert cases.get("weights planned") == cases.get("weights built") == 1, cases
+        assert cases.get("refit") == 1 and cases.get("refit refused") == 2, cases
+    else:
+        assert cases.get("weights refused") is None and "weights stripped" not in r["refusals"], r["refusals"]
+        assert cases.get("weights planned") == cases.get("weights built") == 2, cases
+        assert cases.get("refit") == 1 and cases.get("refit refused") == 3, cases
+    assert not r["violations"], "\n".join(r["violations"])
+    used = set(r["used"])
+    assert {"Refitter()", "Refitter.get_missing_weights", "Refitter.refit_cuda_engine"} <= used
+    if not version.startswith("8."):
+        assert {"OnnxParserRefitter()", "OnnxParserRefitter.refit_from_file", "ICudaEngine.serialize_with_config"} \
+            <= used

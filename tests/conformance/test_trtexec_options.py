@@ -32,10 +32,11 @@ OPTIONS = {
 
 
 def _request(tmp: Path, version: str, precision: str, native: bool, hw: str, opts: dict, profiles: tuple,
-             pinned: bool, platform: str = "linux/x86_64") -> BuildRequest:
+             pinned: bool, platform: str = "linux/x86_64", weights: str = "embedded") -> BuildRequest:
     t = Target(name="t", builder="trtexec", builder_version=version,
                compute_capabilities=() if hw != "none" else ("8.9",), hardware_compatibility=hw,  # type: ignore[arg-type]
-               options=BuilderOptions(**opts, timing_cache_pin=pinned), platform=platform)
+               options=BuilderOptions(**opts, timing_cache_pin=pinned), platform=platform,
+               weights=weights)  # type: ignore[arg-type]
     return BuildRequest(address="m", build_key="k", onnx_path=tmp / "m.onnx", profiles=profiles,
                         precision=PrecisionSpec(precision), native_precision=native, target=t, options=t.options,
                         out_dir=tmp / "out", cache_dir=tmp / "cache", calibration=None, log=lambda line: None,
@@ -52,6 +53,9 @@ def _cells(version: str, tmp: Path):
         yield (f"{precision}/{'native' if native else 'onnx'}/{hw}/{oname}/{len(profiles)}p{'/pinned' * pinned}",
                _request(tmp, version, precision, native, hw, opts, profiles, pinned))
     yield "cross-build windows", _request(tmp, version, "fp32", False, "none", {}, ONE, False, "windows/x86_64")
+    for weights, precision in itertools.product(("stripped", "refittable"), ("fp32", "fp16")):
+        yield (f"weights {weights} {precision}",
+               _request(tmp, version, precision, False, "none", {}, ONE, False, weights=weights))
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -110,3 +114,23 @@ def test_table_is_the_carried_option_lists():
     carried = json.loads(CARRIED.read_text())
     assert carried["sources"] and set(carried["sources"]) == set(carried["tags"])
     assert {t: frozenset(v) for t, v in carried["tags"].items()} == trtexec_options.OPTIONS
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_weights_modes_spell_trtexec_flags(version: str, tmp_path: Path):
+    """``weights: stripped`` is ``--stripWeights`` (STRIP_PLAN with REFIT_IDENTICAL), ``refittable`` is ``--refit``
+    with ``--stripWeights`` from 10.0 (STRIP_PLAN with REFIT); 8.6 has no --stripWeights: stripped is refused there and
+    refittable is --refit alone; embedded sets neither."""
+    def flags(weights: str) -> list[str]:
+        cmd = trtexec_command(version, _request(tmp_path, version, "fp32", False, "none", {}, ONE, False,
+                                                weights=weights))
+        return [a for a in cmd if a in ("--refit", "--stripWeights")]
+
+    assert flags("embedded") == []
+    if version.startswith("8."):
+        with pytest.raises(BuildError, match="no BuilderFlag.STRIP_PLAN"):
+            flags("stripped")
+        assert flags("refittable") == ["--refit"]
+    else:
+        assert flags("stripped") == ["--stripWeights"]
+        assert flags("refittable") == ["--refit", "--stripWeights"]

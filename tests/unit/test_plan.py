@@ -291,8 +291,8 @@ def test_plan_json_round_trips():
                      "state-7", {"/repo/manifests/vision.yaml": "ab" * 32})
     data = p.to_json()
     assert data["format_version"] == 1
-    assert data["summary"] == {"build": 1, "rebuild": 0, "regate": 0, "publish": 0, "up_to_date": 1, "blocked": 2,
-                               "text": "Plan: 1 to build, 0 to rebuild, 1 up to date, 2 blocked"}
+    assert data["summary"] == {"build": 1, "rebuild": 0, "refit": 0, "regate": 0, "publish": 0, "up_to_date": 1,
+                               "blocked": 2, "text": "Plan: 1 to build, 0 to rebuild, 1 up to date, 2 blocked"}
     assert data["cells"][0]["symbol"] == "="
     assert plan_from_json(data) == p
 

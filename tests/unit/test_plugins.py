@@ -96,3 +96,35 @@ def test_loading_plugins_imports_no_heavy_library():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_a_runtime_without_refit_takes_the_refitting_weights_modes_away(monkeypatch):
+    """A builder may offer weights: stripped/refittable only where its runtime plugin can refit
+    (``contracts.runtime.RefitCapability``): validate then refuses those targets, naming the runtime (issue 25)."""
+    offered = frozenset({"embedded", "stripped", "refittable"})
+
+    class Builder:
+        name, runtime = "b", "r"
+
+        def capabilities(self, version):
+            return BuilderCapabilities(native=frozenset(), via_transform=frozenset(), target_kinds=frozenset({"cpu"}),
+                                       needs_gpu=False, runs_on="cpu", weights_modes=offered)
+
+    class Runtime:
+        name = "r"
+
+    class Refitting(Runtime):
+        def refit(self, request):
+            return None
+
+    chosen = {"runtime": Runtime()}
+    monkeypatch.setattr(plugins, "_entry_points",
+                        lambda group: {"b": None} if group == plugins.BUILDERS else {"r": None})
+    monkeypatch.setattr(plugins, "builder", lambda name: Builder())
+    monkeypatch.setattr(plugins, "runtime", lambda name: chosen["runtime"])
+    caps = plugins.builder_capabilities("b", "1.0")
+    assert caps.weights_modes == frozenset({"embedded"})
+    assert caps.weights_missing_reason["stripped"] == caps.weights_missing_reason["refittable"] == \
+        "its runtime plugin 'r' has no refit (contracts.runtime.RefitCapability)"
+    chosen["runtime"] = Refitting()
+    assert plugins.builder_capabilities("b", "1.0").weights_modes == offered

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, record_key_of
+from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, WeightsBlob, record_key_of
 from orchestrator.cli.render.report import cpu_text
 from orchestrator.core.fingerprint import RunnerFingerprint
 
@@ -35,11 +35,22 @@ def record_row(meta: Mapping[str, Any]) -> list[str]:
 
 def record_json(meta: Mapping[str, Any]) -> dict[str, Any]:
     gates = meta.get("gates") or {}
+    weights = meta.get("weights") or {}
     return {"address": meta["address"], "version": meta["model"]["version"], "digest": meta["engine"]["digest"],
             "size": meta["engine"]["size"], "builder": meta["builder"], "gates": gates.get("status"),
             "build_key": meta["build_key"], "gate_key": gates.get("key") or None,
             "record_key": record_key_of(meta), "published_at": meta.get("published_at"),
-            "caches": _record_caches(meta)}
+            "caches": _record_caches(meta),
+            "weights": {"mode": weights.get("mode", "embedded"), "stripped": bool(weights.get("stripped")),
+                        "blob": (weights.get("blob") or {}).get("digest")}}
+
+
+def _weights_row(w: WeightsBlob) -> list[str]:
+    j = w.to_json()
+    source = j["source"] or {}
+    where = "model" if source.get("kind") != "transform" else f"{source.get('transform')} transform"
+    return [str(j["address"]), str(j["version"]), where, f"{j['size'] / 1e6:.1f} MB", _short(j["digest"]),
+            f"{j['tensors']} tensors", f"{len(w.engines)} engine(s)", str(j.get("published_at") or "")]
 
 
 def _record_caches(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,7 +66,7 @@ def _record_caches(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def listing_json(listing: Listing, metas: list[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"artifacts": [record_json(m) for m in metas],
+    return {"artifacts": [record_json(m) for m in metas], "weights": [w.to_json() for w in listing.weights],
             "caches": {"calibration": [c.to_json() for c in listing.calibration],
                        "timing": [t.to_json() for t in listing.timing]},
             "damaged": [d.to_json() for d in listing.damaged]}
@@ -81,6 +92,15 @@ def render_listing(listing: Listing, metas: list[Mapping[str, Any]], console: Co
     console.print(table)
     engines = len({str(m["engine"]["digest"]) for m in metas})
     console.print(f"{len(metas)} artifact(s)" + (f" ({engines} engine(s))" if engines != len(metas) else ""))
+    if listing.weights:
+        blobs = Table("weights", "version", "from", "size", "digest", "tensors", "needed by", "published", box=None,
+                      header_style="bold")
+        for w in listing.weights:
+            blobs.add_row(*(Text(clean(cell)) for cell in _weights_row(w)))
+        console.print()
+        console.print(blobs)
+        console.print(f"{len(listing.weights)} weights blob(s): stripped engines are refitted from them at "
+                      "deployment")
     if listing.damaged:
         console.print()
         for d in listing.damaged:
@@ -112,6 +132,22 @@ def _caches_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("timing", f"{timing.get('name') or '(not published)'} scope {timing.get('scope') or '-'}; read "
                               f"{_short(timing.get('read'))}, written {_short(timing.get('written'))}"
                               + (", pinned" if timing.get("pinned") else "")))
+    return out
+
+
+def _weights_lines(meta: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """An engine's weights mode and blob, or a weights record's blob (``core.weights``)."""
+    weights, blob = meta.get("weights"), meta.get("blob")
+    out: list[tuple[str, object]] = []
+    if isinstance(weights, Mapping):
+        pointer = weights.get("blob") or {}
+        out.append(("weights", f"{weights.get('mode')}" + (f", stripped: refitted at deployment from weights "
+                                                            f"{pointer.get('digest')} (record "
+                                                            f"{str(pointer.get('record_key'))[:12]})"
+                                                            if weights.get("stripped") else "")))
+    if isinstance(blob, Mapping):
+        out.append(("blob", f"weights.bin {meta['engine']['digest']}, model.onnx {blob.get('graph_digest')}, "
+                            f"{blob.get('tensors')} tensors, from {blob.get('source')}"))
     return out
 
 
@@ -182,7 +218,7 @@ def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[st
     if isinstance(reused, Mapping):
         lines.append(("reused", f"the engine and verdicts of version {reused.get('model_version')} (record "
                                 f"{str(reused.get('record_key'))[:12]})"))
-    lines += _caches_lines(meta)
+    lines += _caches_lines(meta) + _weights_lines(meta)
     lines += [("caveat", c) for c in gates.get("caveats") or ()]  # what the verdicts do not show (issue 23.16)
     for label, value in lines:
         console.print(Text.assemble((f"{label:>11}", "bold"), "  ", clean(str(value))), highlight=False)

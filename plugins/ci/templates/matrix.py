@@ -64,7 +64,7 @@ def outputs(plan):
         sys.exit(f"plan.json has {len(build['include'])} shards, more than the {MAX_MATRIX} jobs one matrix "
                  "can hold: give targets on the same machines the same runner labels, or split the manifests")
     counts = plan["summary"]
-    changed = bool(counts["build"] or counts["rebuild"] or counts.get("regate")
+    changed = bool(counts["build"] or counts["rebuild"] or counts.get("refit") or counts.get("regate")
                    or counts.get("publish")) and bool(build["include"])
 
     def dump(value):  # one line, ASCII only: safe for the name=value form of $GITHUB_OUTPUT

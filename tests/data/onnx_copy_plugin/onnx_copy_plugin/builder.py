@@ -1,4 +1,7 @@
-"""The ``onnx-copy`` builder: the engine is the ONNX model, copied byte for byte."""
+"""The ``onnx-copy`` builder: the engine is the ONNX model, copied byte for byte.
+
+``weights: refittable`` (``BuilderCapabilities.weights_modes``): the copy keeps its weights and takes new ones by name
+(the runtime's ``refit``), so a model version with new weights in the same graph is refitted, not rebuilt."""
 
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ class OnnxCopyBuilder:
             supports_calibrator=False,
             engine_suffix=".onnx",
             engine_media_type=ONNX_ENGINE_MEDIA_TYPE,
+            weights_modes=frozenset({"embedded", "refittable"}),
+            weights_missing_reason={"stripped": "an onnx-copy engine is the whole model: it keeps its weights"},
         )
 
     def available(self, fingerprint: RunnerFingerprint, target: Target) -> str | None:
@@ -76,6 +81,8 @@ class OnnxCopyBuilder:
         digest = hashlib.sha256(engine_path.read_bytes()).hexdigest()
         facts = {"source": source.name, "engine_bytes": engine_path.stat().st_size, "sha256": digest,
                  "plugin_version": version}
+        if request.target.weights == "refittable":  # the weights stay in the copy: nothing to refit at deployment
+            facts["weights"] = {"mode": "refittable", "stripped": False}
         log_path.write_text("".join(f"{k}: {v}\n" for k, v in facts.items())
                             + f"build_seconds: {seconds:.6f}\n", encoding="utf-8")
         request.log(f"onnx-copy: copied {source.name} ({facts['engine_bytes']} bytes)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from onnx_copy_plugin.versions import family, onnxruntime_version, plugin_version
-from orchestrator.contracts.runtime import RuntimeOptions, Timing
+from orchestrator.contracts.runtime import RefitRequest, RefitResult, RuntimeOptions, Timing
 from orchestrator.core.artifact import EngineDescriptor
 from orchestrator.core.fingerprint import InstalledRuntime, RunnerFingerprint
 from orchestrator.core.select import Compat
@@ -52,6 +52,33 @@ class OnnxCopyRuntime:
 
     def load(self, engine_path: Path, engine: EngineDescriptor, options: RuntimeOptions) -> CopySession:
         return CopySession(Path(engine_path))
+
+    def refit(self, request: RefitRequest) -> RefitResult:
+        """New weights into a copy, by initializer name: every initializer of the engine takes the bytes of the
+        blob's initializer of that name, which must have the same element type and dims (else nothing is written).
+        The blob folder's ``model.onnx`` loads with its ``weights.bin`` (external data beside it)."""
+        import onnx
+
+        try:
+            engine = onnx.load(str(request.engine_path))
+            weights = {t.name: t for t in onnx.load(str(Path(request.weights) / "model.onnx")).graph.initializer}
+        except Exception as e:  # DecodeError, a missing external data file
+            raise GateError(f"onnx-copy-ort cannot read the engine or the weights to refit: {e}") from e
+        replaced = 0
+        for tensor in engine.graph.initializer:
+            new = weights.get(tensor.name)
+            if new is None or (new.data_type, list(new.dims)) != (tensor.data_type, list(tensor.dims)):
+                raise GateError(f"{request.engine.address}: the weights have no initializer {tensor.name!r} of type "
+                                f"{tensor.data_type} and dims {list(tensor.dims)}: not this engine's graph")
+            if new.SerializeToString() != tensor.SerializeToString():
+                tensor.CopyFrom(new)
+                replaced += 1
+        out = Path(request.out_path)
+        tmp = out.with_name(out.name + ".tmp")
+        onnx.save(engine, str(tmp))
+        tmp.replace(out)
+        return RefitResult(out, {"how": "initializers replaced by name", "replaced": replaced,
+                                 "tensors": len(engine.graph.initializer)})
 
 
 class CopySession:
