@@ -195,6 +195,23 @@ def test_a_miss_builds_an_onnxruntime_cpu_engine_gates_it_and_publishes_it_back_
     assert len(_records(oci.ref, cache)) == len(after)
 
 
+def test_nothing_that_can_be_built_here_runs_there_exits_4_with_every_reason(oci, tmp_path):
+    """A declared Hopper GPU: RTX runtimes refuse CC 9.0, a CPU engine is refused for a declared GPU; the published
+    candidates and the cells that could be built here are listed, each with its reason; nothing built or written."""
+    cache = tmp_path / "cache"
+    before = _records(oci.ref, cache)
+    out = tmp_path / "mlp.engine"
+    doc, proc = oci.pull("--gpu", "sm90", "-o", str(out), cache=cache, check=False)
+    assert proc.returncode == 4 and not out.exists()
+    built = {c["id"]: c["reason"] for c in doc["error"]["candidates"] if c.get("build")}
+    assert f"build mlp/fp32/default@cpu+ort{FAMILY}" in built
+    assert "--allow-cpu" in built[f"build mlp/fp32/default@cpu+ort{FAMILY}"]
+    assert any(c.get("address") == "mlp/fp32/default@sm86+rtx1.7" for c in doc["error"]["candidates"])
+    if RTX is not None:
+        assert "9.0" in built["build mlp/fp32/default@sm90+rtx1.7"]
+    assert not (cache / "nodes").exists() and _records(oci.ref, cache) == before
+
+
 def test_two_pulls_at_once_build_once(oci, tmp_path):
     """Two pulls of one cell on one machine, both waiting at the build key's lock (held here until both say so):
     the first to get it builds and publishes back, the other finds that record: built once, one record more."""
