@@ -441,7 +441,7 @@ def pull_or_build(model: str, *, manifest: str | os.PathLike[str], registry: plu
     chosen = recipe(found, wanted, store, where=where, actual=actual, ws_root=ws_root, precision=precision,
                     profile=profile, publish_back=publish_back, miss=miss)
     cell = chosen.cell
-    say(f"no published engine of {model} {wanted.version} fits: {cell.address} is built here "
+    say(f"no published engine of {model} {wanted.version} fits this machine: its cell here is {cell.address} "
         f"({chosen.reason})")
     locks = ws_root / "locks"
     locks.mkdir(parents=True, exist_ok=True)
