@@ -294,13 +294,19 @@ def _targets(manifest: Manifest, deploy_fp: RunnerFingerprint, actual: RunnerFin
         if probe is None:
             said.append(BuilderChoice(name, None, None, f"{name} is not installed here"))
             continue
-        nearest = nearest_target(manifest.targets, probe)
-        target = device_target(probe, nearest, platform=deploy_fp.platform)
-        reason = builder.available(actual, target)
-        said.append(BuilderChoice(name, target.slug, nearest.name if nearest is not None else None, reason))
-        if reason is None:
-            found.append(target)
-            nearest_of[target.name] = nearest
+        probes = [probe]
+        if probe.device != "cpu" and "cpu" in builder.capabilities(probe.builder_version).target_kinds:
+            # a builder of GPU and CPU engines (onnxruntime with its CUDA provider): its CPU engine is a candidate
+            # too, for a deployment declared without a GPU (--gpu none) or taking one (--allow-cpu)
+            probes.append(replace(probe, device="cpu", compute_capabilities=()))
+        for each in probes:
+            nearest = nearest_target(manifest.targets, each)
+            target = device_target(each, nearest, platform=deploy_fp.platform)
+            reason = builder.available(actual, target)
+            said.append(BuilderChoice(name, target.slug, nearest.name if nearest is not None else None, reason))
+            if reason is None:
+                found.append(target)
+                nearest_of[target.name] = nearest
     return found, tuple(said), nearest_of
 
 

@@ -50,6 +50,10 @@ try:
 except metadata.PackageNotFoundError:
     RTX = None
 RTX_VERSION = "1.7.1.116"
+HERE = fingerprint()
+# a GPU here that the declared GPUs below are: the engines built for them would be gated for real here
+GPU_CCS = {g.compute_capability for g in HERE.gpus}
+ORT_CUDA = "CUDAExecutionProvider" in HERE.runtime_features("onnxruntime")
 
 MANIFEST = """\
 manifest_version: 1
@@ -132,7 +136,10 @@ class Published:
                                        registry, cpu=cpu)
 
     def pull(self, *args: str, cache: Path, check: bool = True, manifest: Path | None = None):
-        return run_json("pull", "mlp", "--build-on-miss", "--manifest", str(manifest or self.deployed), *args,
+        """``pull --build-on-miss``; the deployment is declared without a GPU unless ``args`` declare one (the same
+        answers on a machine with one)."""
+        where = () if "--gpu" in args else ("--gpu", "none")
+        return run_json("pull", "mlp", "--build-on-miss", "--manifest", str(manifest or self.deployed), *where, *args,
                         cache=cache, check=check)
 
 
@@ -152,8 +159,8 @@ def oci(tmp_path_factory) -> Published:
 def test_a_miss_builds_an_onnxruntime_cpu_engine_gates_it_and_publishes_it_back_under_the_plan_key(oci, tmp_path):
     cache = tmp_path / "deploy-cache"
     assert not (oci.root / "deploy" / "models" / "mlp.onnx").exists()  # the deployment has no model file
-    refused = orchestrate("pull", "mlp", "--registry", oci.ref, "-o", str(tmp_path / "none.onnx"), cache=cache,
-                          check=False)
+    refused = orchestrate("pull", "mlp", "--registry", oci.ref, "--gpu", "none", "-o", str(tmp_path / "none.onnx"),
+                          cache=cache, check=False)
     assert refused.returncode == 4 and "--build-on-miss" in refused.stderr  # what exit 4 offers now
     before = _records(oci.ref, cache)
     out = tmp_path / "mlp.onnx"
@@ -179,6 +186,8 @@ def test_a_miss_builds_an_onnxruntime_cpu_engine_gates_it_and_publishes_it_back_
     assert shown["built_on_device"]["gate"]["status"] == "passed" and shown["gates"]["status"] == "passed"
     assert shown["built_on_device"]["runner"]["runtimes"]["onnxruntime"]["version"] == metadata.version("onnxruntime")
     assert shown["built_on_device"]["target"] == heal["target"]
+    text = orchestrate("show", new["record_key"][:16], "--registry", oci.ref, cache=cache).stdout
+    assert "built on  a deployment (no GPU" in text and "by pull --build-on-miss" in text
     # a manifest declaring the printed target plans that very cell, published and up to date
     declared = with_targets(oci.manifest, tmp_path / "declared.yaml", heal["target"])
     cell = _plan(declared, tmp_path / "plan-cache")[heal["address"]]
@@ -195,6 +204,7 @@ def test_a_miss_builds_an_onnxruntime_cpu_engine_gates_it_and_publishes_it_back_
     assert len(_records(oci.ref, cache)) == len(after)
 
 
+@pytest.mark.skipif(ORT_CUDA, reason="onnxruntime's CUDA provider is here: an onnxruntime CUDA engine runs on SM90")
 def test_nothing_that_can_be_built_here_runs_there_exits_4_with_every_reason(oci, tmp_path):
     """A declared Hopper GPU: RTX runtimes refuse CC 9.0, a CPU engine is refused for a declared GPU; the published
     candidates and the cells that could be built here are listed, each with its reason; nothing built or written."""
@@ -229,7 +239,8 @@ def test_two_pulls_at_once_build_once(oci, tmp_path):
     try:
         for i in range(2):
             proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "pull", "mlp", "--build-on-miss",
-                                     "--manifest", str(oci.deployed), "--precision", "fp16", "--publish-back", "-o",
+                                     "--manifest", str(oci.deployed), "--gpu", "none", "--precision", "fp16",
+                                     "--publish-back", "-o",
                                      str(tmp_path / f"mlp-{i}.onnx")], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
             event, lines = threading.Event(), []
@@ -261,6 +272,7 @@ def test_two_pulls_at_once_build_once(oci, tmp_path):
 
 
 @pytest.mark.skipif(RTX is None, reason="TensorRT-RTX is not installed (pip install 'trt-orchestrator[rtx]')")
+@pytest.mark.skipif("8.9" in GPU_CCS, reason="an SM89 GPU is here: the engine would be gated for real")
 def test_an_rtx_engine_for_a_declared_gpu_is_built_here_and_its_gate_stays_pending(oci, tmp_path):
     cache = tmp_path / "deploy-cache"
     out = tmp_path / "mlp.engine"
