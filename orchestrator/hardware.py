@@ -1,5 +1,5 @@
 """Detect this runner's fingerprint: what the machine is (GPU, compute capability, driver, runtimes, OS/arch,
-the L4T release on a Jetson).
+the L4T release on a Jetson, the CPU's kernel-selecting instruction-set features).
 
 ``RunnerFingerprint`` is plain data (``orchestrator.core.fingerprint``); ``detect()`` is the edge that reads NVML
 (via nvidia-ml-py, when a driver is present) and asks each runtime plugin's ``probe()`` what of it is installed
@@ -10,10 +10,16 @@ what it is (``read_tegra``): ``/etc/nv_tegra_release`` the L4T release (the plat
 ``/proc/device-tree/compatible`` and ``/proc/device-tree/model`` the module (its integrated GPU's compute
 capability is fixed per SoC), ``/proc/meminfo`` the memory it shares with the CPU. NVML stays first: the Jetson
 GPU is reported only when NVML reports none. Every path is read under an injectable root, so tests use fake trees.
+
+The CPU (``cpu_info``): an onnxruntime CPU engine's numbers depend on the kernels onnxruntime picks for this CPU's
+instruction set (``core.fingerprint.KERNEL_ISA_FEATURES`` says which features and why). On Linux they are read from
+``/proc/cpuinfo``; ``ORCHESTRATE_CPU_FEATURES`` declares them instead (recorded as declared); elsewhere they are
+unknown.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 from collections.abc import Callable, Mapping
@@ -21,7 +27,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.core.fingerprint import GpuInfo, InstalledRuntime, RunnerFingerprint
+from orchestrator.core.fingerprint import (
+    KERNEL_ISA_FEATURES,
+    CpuInfo,
+    GpuInfo,
+    InstalledRuntime,
+    RunnerFingerprint,
+    kernel_features,
+)
+from orchestrator.errors import UsageError
 
 # The integrated GPU of each Tegra SoC: its compute capability (CUDA C Programming Guide, "Compute Capabilities";
 # Jetson's support matrix): Orin (tegra234) 8.7, Xavier (tegra194) 7.2, TX2 (tegra186) 6.2, Nano / TX1 (tegra210)
@@ -139,6 +153,45 @@ def nvml_gpus() -> tuple[tuple[GpuInfo, ...], str | None, str | None]:
         pynvml.nvmlShutdown()
 
 
+# Declares this runner's kernel-selecting ISA features instead of /proc/cpuinfo (comma- or space-separated, names
+# as in KERNEL_ISA_FEATURES; "none" for none): for a machine whose OS this tool cannot read them on, and for tests.
+# Recorded as declared (CpuInfo.source), so a verdict never passes a declaration off as a detection.
+CPU_FEATURES_ENV = "ORCHESTRATE_CPU_FEATURES"
+
+
+def _cpuinfo_fields(text: str) -> tuple[str, set[str]]:
+    """The CPU model and the flags of the first processor block of /proc/cpuinfo (x86 ``model name`` / ``flags``;
+    Arm ``Features``, and ``CPU part`` where there is no model name)."""
+    model, flags = "", set()
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and not model:
+            model = " ".join(value.split())
+        elif key in ("flags", "features"):
+            flags |= set(value.split())
+    return model, flags
+
+
+def cpu_info(root: Path = Path("/"), env: Mapping[str, str] | None = None) -> CpuInfo:
+    """This CPU's model and kernel-selecting ISA features: ``ORCHESTRATE_CPU_FEATURES`` when set (a name outside
+    ``KERNEL_ISA_FEATURES`` is a ``UsageError``), else ``/proc/cpuinfo`` under ``root`` (Linux), else unknown."""
+    env = os.environ if env is None else env
+    text = _read_text(root / "proc" / "cpuinfo")
+    model, flags = _cpuinfo_fields(text) if text else ("", set())
+    declared = env.get(CPU_FEATURES_ENV)
+    if declared is not None:
+        names = [n for n in re.split(r"[\s,]+", declared.strip().lower()) if n and n != "none"]
+        unknown = [n for n in names if n not in KERNEL_ISA_FEATURES]
+        if unknown:
+            raise UsageError(f"{CPU_FEATURES_ENV} names {', '.join(unknown)}, not a kernel-selecting ISA feature",
+                             hint="use the names /proc/cpuinfo prints, among: " + " ".join(KERNEL_ISA_FEATURES))
+        return CpuInfo(model, tuple(f for f in KERNEL_ISA_FEATURES if f in names), CPU_FEATURES_ENV)
+    if not text:
+        return CpuInfo(model)
+    return CpuInfo(model, kernel_features(flags), "/proc/cpuinfo")
+
+
 RuntimeProbe = Callable[[], "InstalledRuntime | None"]
 
 
@@ -156,4 +209,5 @@ def detect(labels: tuple[str, ...] = (), probes: Mapping[str, RuntimeProbe] | No
         if installed is not None:
             runtimes[name] = installed
     return RunnerFingerprint(os=_os_name(), arch=platform.machine(), gpus=gpus, driver_version=driver,
-                             cuda_driver_version=cuda, runtimes=runtimes, labels=labels, l4t=tegra.l4t)
+                             cuda_driver_version=cuda, runtimes=runtimes, labels=labels, l4t=tegra.l4t,
+                             cpu=cpu_info(root))

@@ -24,4 +24,6 @@ if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 .venv/bin/python scripts/fetch_models.py
 .venv/bin/python scripts/fetch_images.py  # real photos for the gates' image-folder path
 bash scripts/check.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# In parallel, one pytest-xdist worker per CPU; each test module runs whole on one worker (its module-scoped engines are
+# built once) and the demo is built and gated once for all workers (tests/integration/conftest.py).
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto --dist loadscope "$@"

@@ -217,10 +217,14 @@ def gate(project: Project, the_plan: Plan, *, shard: str | None = None, only: It
 
 def runner_facts(kind: str, cell: Cell, runner: RunnerFingerprint) -> dict[str, Any]:
     """What of the gate runner a verdict depends on beyond its gate key: the runtime version that ran the engine,
-    the reference runtime's (parity), the GPU model (benchmark). Recorded with the verdict; a cached verdict with
-    other facts is not reused."""
+    the reference runtime's (parity), the GPU model (benchmark), and for a CPU engine the CPU's model and
+    kernel-selecting ISA features. Recorded with the verdict; a cached verdict with other facts is not reused."""
     runtime = runtime_of(cell)
     out: dict[str, Any] = {"runtime": runtime, "version": runner.runtime_version(runtime)}
+    if cell.target.device == "cpu":
+        # a CPU engine's numbers follow the kernels onnxruntime picks for this CPU's instruction set (int8 most of
+        # all: issue 22.5): every CPU verdict states them, and a cached one from another ISA is not reused
+        out["cpu"] = runner.cpu.to_json() if runner.cpu is not None else None
     if kind == "gate:parity":
         out["reference"] = runner.runtime_version(plugins.REFERENCE_RUNTIME)
     if kind == "gate:benchmark":

@@ -148,6 +148,17 @@ def _parity_view(parity: Report) -> tuple[Report | None, list[str]]:
     return shown, extra
 
 
+def gated_cpu(*verdicts: Report | None) -> Report | None:
+    """The CPU (model, kernel-selecting ISA features, where they were read) a CPU engine's verdicts were given on, as
+    their runner facts record it (``app.gating.runner_facts``); None for a GPU engine or a verdict from before."""
+    for verdict in verdicts:
+        facts = (verdict or {}).get("runner")
+        if isinstance(facts, dict) and isinstance(facts.get("cpu"), dict):
+            cpu: Report = facts["cpu"]
+            return cpu
+    return None
+
+
 def report_cells(project: Project) -> list[Report]:
     """One dict per matrix cell for the report: gate status and verdicts found on this machine."""
     fingerprint = None
@@ -191,6 +202,9 @@ def report_cells(project: Project) -> list[Report]:
             if found:
                 entry[section] = found
                 entry["reasons"] = [*entry["reasons"], *found.get("reasons", ())]
+        cpu = gated_cpu(parity, bench)
+        if cpu is not None:  # a CPU engine's verdict holds for the ISA it was given on (issue 22.5)
+            entry["cpu"] = cpu
         drift = {"outputs": (parity or {}).get("drift"), "latency": (bench or {}).get("drift")}
         if any(drift.values()):
             entry["drift"] = drift

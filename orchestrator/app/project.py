@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator import plugins
+from orchestrator import hardware, plugins
 from orchestrator.app import sources
 from orchestrator.core.capabilities import BuilderCapabilities
 from orchestrator.core.graph import BuildGraph, Cell
@@ -115,10 +115,20 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
     graph = resolve(manifests, ResolveInputs(model_digests=model_digests, data_digests=data_digests,
                                              transforms=frozenset(k for k, why in problems.items() if not why),
                                              transform_problems={k: why for k, why in problems.items() if why},
-                                             recipes=plugins.recipes()),
+                                             recipes=plugins.recipes(),
+                                             cpu_isa=_cpu_isa(manifests)),
                     caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
     return Project(manifests, graph, ws, digests, known)
+
+
+def _cpu_isa(manifests: Sequence[Manifest]) -> tuple[str, ...] | None:
+    """This runner's kernel-selecting CPU features, read only when a `cpu_match: isa` CPU target needs them (its
+    gate key names the ISA its verdicts hold for); None: no such target, or the ISA is unknown here."""
+    if not any(t.device == "cpu" and t.cpu_match == "isa" for m in manifests for t in m.targets):
+        return None
+    cpu = hardware.cpu_info()
+    return cpu.features if cpu.known else None
 
 
 def _file_sha256(path: str) -> str:

@@ -6,7 +6,7 @@ fingerprint. The core names no runtime: ``runtimes`` is keyed by the runtime plu
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,63 @@ _GPU_CC = {"b200": "10.0", "gb200": "10.0", "b100": "10.0", "h200": "9.0", "gh20
            "rtx3090": "8.6", "3090": "8.6", "rtx3080": "8.6", "rtx2080": "7.5"}
 # The name of a GPU declared by compute capability only (`pull --gpu sm89`): it has no model.
 DECLARED_PREFIX = "declared "
+
+# The instruction-set features that select onnxruntime's CPU kernels, named as Linux's /proc/cpuinfo names them
+# (x86 "flags", Arm "Features"). onnxruntime's MLAS library picks its GEMM, convolution and int8 kernels once per
+# process from CPUID / hwcaps (onnxruntime/core/mlas/lib/platform.cpp, MLAS_PLATFORM::MLAS_PLATFORM): x86-64 -- AVX
+# (with OS-saved YMM state), FMA + AVX2 (GemmU8S8/U8U8 AVX2, FMA3 float kernels), AVX-VNNI, AVX512F (float kernels,
+# NCHWc block 16 instead of 8), AVX512BW/DQ/VL ("AVX512 core": int8 GEMM), AVX512-VNNI (int8 GEMM and symmetric
+# conv), AVX-VNNI-INT8, AVX-NE-CONVERT (fp16 casts), AMX-TILE + AMX-INT8 (int8 GEMM on tiles); aarch64 -- ASIMD
+# dot product (udot/sdot int8 GEMM), I8MM (ummla/smmla), SVE and SVE I8MM, BF16, fp16 vector arithmetic (asimdhp),
+# SME. A CPU engine's numbers (int8 most of all: issue 22.5 measured cosine 0.904 on one x86-64 machine and 0.238
+# on an AMD EPYC with avx512_vnni, same engine and data) follow these; SSE4.1 is MSVC-only there, and
+# avx512_bf16 / amx_bf16 are kept for onnxruntime's bf16 paths, so a verdict states them too.
+KERNEL_ISA_FEATURES: tuple[str, ...] = (
+    # x86-64
+    "sse4_1", "avx", "fma", "avx2", "avx_vnni", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx_vnni_int8", "avx_ne_convert", "amx_tile", "amx_int8", "amx_bf16",
+    # aarch64
+    "asimd", "asimddp", "asimdhp", "i8mm", "bf16", "sve", "sve2", "svei8mm", "sme",
+)
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """The CPU as far as a CPU engine's numbers depend on it: its model name and which of ``KERNEL_ISA_FEATURES``
+    it has (sorted in that order). ``source`` says where the features were read: ``/proc/cpuinfo``, the
+    ``ORCHESTRATE_CPU_FEATURES`` declaration, or "" (unknown: not Linux, or unreadable)."""
+
+    model: str = ""
+    features: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def known(self) -> bool:
+        return bool(self.source)
+
+    @property
+    def isa(self) -> list[str] | None:
+        """The features as a verdict and a gate key record them; None when unknown."""
+        return list(self.features) if self.known else None
+
+    def describe(self) -> str:
+        """``AMD EPYC: avx fma avx2 avx512f ...`` (or ``ISA unknown``) for messages and `show`."""
+        isa = (" ".join(self.features) or "none of the kernel-selecting features") if self.known else "ISA unknown"
+        return f"{self.model or 'CPU'}: {isa}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "features": list(self.features), "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CpuInfo:
+        return cls(str(data.get("model") or ""), tuple(str(f) for f in data.get("features") or ()),
+                   str(data.get("source") or ""))
+
+
+def kernel_features(flags: Iterable[str]) -> tuple[str, ...]:
+    """The kernel-selecting features among ``flags`` (any case), in ``KERNEL_ISA_FEATURES`` order."""
+    have = {f.strip().lower() for f in flags}
+    return tuple(f for f in KERNEL_ISA_FEATURES if f in have)
 
 
 def same_gpu_model(a: str | None, b: str | None) -> bool:
@@ -74,6 +131,7 @@ class RunnerFingerprint:
     runtimes: Mapping[str, InstalledRuntime] = field(default_factory=dict, hash=False)
     labels: tuple[str, ...] = ()
     l4t: str | None = None  # the L4T release on a Jetson ("36.4"): its platform variant; None elsewhere
+    cpu: CpuInfo | None = None  # the CPU's model and kernel-selecting ISA features; None: not detected
 
     @property
     def platform(self) -> str:
@@ -138,7 +196,8 @@ class RunnerFingerprint:
         return {"os": self.os, "arch": self.arch, "gpus": [g.to_json() for g in self.gpus],
                 "driver_version": self.driver_version, "cuda_driver_version": self.cuda_driver_version,
                 "runtimes": {name: rt.to_json() for name, rt in sorted(self.runtimes.items())},
-                "labels": list(self.labels), "l4t": self.l4t}
+                "labels": list(self.labels), "l4t": self.l4t,
+                **({"cpu": self.cpu.to_json()} if self.cpu is not None else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunnerFingerprint:
@@ -148,7 +207,8 @@ class RunnerFingerprint:
         return cls(os=str(data.get("os", "")), arch=str(data.get("arch", "")), gpus=gpus,
                    driver_version=data.get("driver_version"), cuda_driver_version=data.get("cuda_driver_version"),
                    runtimes=runtimes, labels=tuple(data.get("labels", ())),
-                   l4t=str(data["l4t"]) if data.get("l4t") else None)
+                   l4t=str(data["l4t"]) if data.get("l4t") else None,
+                   cpu=CpuInfo.from_json(data["cpu"]) if isinstance(data.get("cpu"), Mapping) else None)
 
     @classmethod
     def parse_gpu_spec(cls, spec: str, base: RunnerFingerprint | None = None) -> RunnerFingerprint:

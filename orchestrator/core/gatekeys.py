@@ -5,8 +5,9 @@ model and output layers resolve them; data, samples, seed and shapes; warm-up, i
 thresholds; the baseline rule) and the runtime the cell declares. What only the gate runner knows (the runtime
 and reference versions installed, the GPU model a benchmark ran on, the baseline record) is checked when a
 cached verdict would be reused (``orchestrator.app.gating``): a verdict from another runtime version or GPU model
-is never reused. A cell's gate key covers its gates and its deployment policy (``gpu_match``): the published
-record holds it, and ``plan`` shows ``~ re-gate`` when it moved while the build key did not.
+is never reused. A cell's gate key covers its gates and its deployment policy (``gpu_match``; for a ``cpu_match: isa``
+CPU target also the gating CPU's instruction-set features): the published record holds it, and ``plan`` shows
+``~ re-gate`` when it moved while the build key did not.
 """
 
 from __future__ import annotations
@@ -143,12 +144,20 @@ def runtime_part(target: Target) -> dict[str, Any]:
     return {"builder": target.builder, "version": target.builder_version}
 
 
-def deploy_part(target: Target) -> dict[str, Any]:
-    return {"gpu_match": target.gpu_match}
+def deploy_part(target: Target, cpu_isa: list[str] | None = None) -> dict[str, Any]:
+    """The deployment policy a cell's records carry. A ``cpu_match: isa`` CPU target's also names the instruction-set
+    features of the CPU that gates it (``cpu_isa``: the resolving runner's, None when unknown), so a verdict given
+    on another ISA is another gate key: ``~ re-gate`` there, and its own record once published. The features are a
+    map (feature -> true), so a plan names each one that differs (``deploy.cpu_isa.avx512_vnni: true -> (absent)``).
+    Other targets' part is as before (their gate keys do not move)."""
+    out: dict[str, Any] = {"gpu_match": target.gpu_match}
+    if target.device == "cpu" and target.cpu_match == "isa":
+        out.update(cpu_match="isa", cpu_isa=None if cpu_isa is None else {f: True for f in cpu_isa})
+    return out
 
 
 def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Target,
-                parity_data_digest: str | None) -> dict[str, Any]:
+                parity_data_digest: str | None, cpu_isa: list[str] | None = None) -> dict[str, Any]:
     """A cell's gate key inputs: the build key, each enabled gate's resolved settings (None: disabled), the runtime
     the cell declares, and the deployment policy its record carries."""
     gate = model.gate
@@ -158,7 +167,7 @@ def gate_inputs(build_key: str, model: Model, spec: PrecisionSpec, target: Targe
         "runtime": runtime_part(target),
         "parity": parity_inputs(model, spec, parity_data_digest) if gate.parity.enabled else None,
         "benchmark": benchmark_inputs(model, gate.benchmark) if gate.benchmark.enabled else None,
-        "deploy": deploy_part(target),
+        "deploy": deploy_part(target, cpu_isa),
     }
 
 

@@ -323,6 +323,9 @@ _EXPLICIT: dict[str, KeyRule] = {
         "(key_inputs.weights; absent for embedded, so embedded keys are those from before the field)", _TARGET),
     "targets[].gpu_match": _gate(
         "the deployment policy its records carry (gate_inputs.deploy): republished without a rebuild", _TARGET),
+    "targets[].cpu_match": _gate(
+        "which CPU a CPU engine's verdict holds for (gate_inputs.deploy; under isa also the gating runner's "
+        "kernel-selecting ISA features, so a verdict from another ISA is re-gated): no rebuild", _TARGET),
     "targets[].runners.build": _none("runner labels say where work runs, not what is built; the runner's GPU and "
                                      "runtime are checked when a cached result is reused"),
     "targets[].runners.gate": _none("runner labels say where gates run, not what they judge; the runtime version "

@@ -20,6 +20,9 @@ GpuMatch = Literal["sku", "cc"]
 # weights blob, refitted at deployment (``stripped``), or refittable with new weights (``refittable``).
 WeightsMode = Literal["embedded", "stripped", "refittable"]
 WEIGHTS_MODES: tuple[str, ...] = ("embedded", "stripped", "refittable")
+# Which CPU a CPU engine's verdict holds for (docs/gates.md, "CPU instruction sets"): "any" (any CPU of the
+# platform) or "isa" (only a CPU with the same kernel-selecting instruction-set features: the gate key records them)
+CpuMatch = Literal["any", "isa"]
 # How fleet CI provisions a target's exact builder version: the runner has it installed (its labels say so), the job
 # runs in the container image of that release, or it installs pinned wheels into a cached virtual environment.
 ToolchainKind = Literal["runner", "container", "pip"]
@@ -310,6 +313,8 @@ class Target:
     # How `pull` matches GPUs: "cc" (any GPU of the compute capability; the one it was built on ranks first) or
     # "sku" (only the GPU model it was built on).
     gpu_match: GpuMatch = "cc"
+    # device cpu only: whether a verdict given on another CPU instruction set stands ("any") or is re-gated ("isa")
+    cpu_match: CpuMatch = "any"
     toolchain: Toolchain = field(default_factory=Toolchain)
     # The serving stack its engines are deployed on (``triton:25.01``): builder_version is the TensorRT it ships.
     serve: str | None = None

@@ -6,8 +6,9 @@ declared target whose builder options it takes. ``orchestrator.app.heal`` compos
 the deployment's fingerprint: its exact installed version, the deployment's compute capability or device); the
 on-device target is that, on the deployment's platform, with the builder options of the *nearest* target the
 manifest declares for the same builder (``NEAREST_RULE``), its weights embedded (the engine is written where it
-runs: nothing to refit), matched by compute capability. A declared target at the same place (same address slug, e.g. one
-that names the builder's version as ``1.31`` where the deployment has ``1.31.1``) gives way to it in the recipe.
+runs: nothing to refit), matched by compute capability (a CPU engine as the nearest target's ``cpu_match`` says).
+A declared target at the same place (same address slug, e.g. one that names the builder's version as ``1.31``
+where the deployment has ``1.31.1``) gives way to it in the recipe.
 
 **Nearest.** Among the manifest's targets of the same builder: the same kind of device first (CPU, or a GPU),
 then the closest compute capability (the smallest distance between the target's and the deployment's, read as
@@ -77,11 +78,13 @@ def target_name(target: Target) -> str:
 
 def device_target(probe: Target, nearest: Target | None, *, platform: str) -> Target:
     """The target a deployment builds for: ``probe`` (what the builder installed there builds for it) on
-    ``platform``, with ``nearest``'s builder options (None: the defaults), embedded weights, CC matching."""
+    ``platform``, with ``nearest``'s builder options (None: the defaults) and, for a CPU engine, its ``cpu_match``;
+    embedded weights, CC matching."""
     built = Target(name="device", builder=probe.builder, builder_version=probe.builder_version,
                    compute_capabilities=tuple(probe.compute_capabilities), device=probe.device,
                    options=nearest.options if nearest is not None else BuilderOptions(),
-                   builder_slug=probe.builder_slug, platform=platform)
+                   builder_slug=probe.builder_slug, platform=platform,
+                   cpu_match=nearest.cpu_match if nearest is not None and probe.device == "cpu" else "any")
     return replace(built, name=target_name(built))
 
 
@@ -121,6 +124,8 @@ def manifest_entry(target: Target) -> dict[str, Any]:
         entry["options"] = options
     if target.gpu_match != "cc":
         entry["gpu_match"] = target.gpu_match
+    if target.cpu_match != "any":
+        entry["cpu_match"] = target.cpu_match
     if target.weights != "embedded":
         entry["weights"] = target.weights
     if target.serve is not None:

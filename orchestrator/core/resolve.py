@@ -55,6 +55,9 @@ class ResolveInputs:
     # ``builder:<name>`` / ``transform:<kind>`` -> the plugin's recipe version (``plugins.recipe``): a new release
     # of a plugin that builds other bytes moves the keys of what it builds (absent: "")
     recipes: Mapping[str, str] = field(default_factory=dict)
+    # this runner's kernel-selecting CPU instruction-set features, for the gate keys of `cpu_match: isa` CPU targets
+    # only (a verdict holds for the ISA it was given on); None: unknown
+    cpu_isa: tuple[str, ...] | None = None
 
 
 def address_part(target: Target) -> str:
@@ -368,7 +371,8 @@ def resolve(manifests: Iterable[Manifest], inputs: ResolveInputs, capabilities: 
                 bench_cache[id(gmodel)] = (benchmark_inputs(gmodel, gmodel.gate.benchmark)
                                            if gmodel.gate.benchmark.enabled else None)
             if id(target) not in runtime_cache:
-                runtime_cache[id(target)] = (runtime_part(target), deploy_part(target))
+                runtime_cache[id(target)] = (runtime_part(target), deploy_part(
+                    target, list(inputs.cpu_isa) if inputs.cpu_isa is not None else None))
             runtime, deploy = runtime_cache[id(target)]
             g_inputs = {"schema": GATE_KEY_SCHEMA_VERSION, "build_key": key, "runtime": runtime,
                         "parity": parity_cache[pk_gate], "benchmark": bench_cache[id(gmodel)], "deploy": deploy}

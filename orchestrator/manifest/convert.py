@@ -326,6 +326,10 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
                                 'add compute_capability: "8.6" (TensorRT >= 10.9)'))
     if compat != "none" and "device" in raw:
         findings.append(Finding(path + ("hardware_compatibility",), "a device target has no compatibility level"))
+    if "cpu_match" in raw and raw.get("device") != "cpu":
+        # only a CPU engine's numbers follow the CPU's instruction set; a GPU target would record a policy nothing reads
+        findings.append(Finding(path + ("cpu_match",), "cpu_match is for CPU targets (device: cpu) only",
+                                "remove cpu_match here, or set it on the device: cpu target"))
     version = _builder_version(raw, path, findings)
     platform = DEFAULT_PLATFORM
     if "platform" in raw:
@@ -342,6 +346,7 @@ def _target(raw: dict, i: int, scalars: dict[Path, str], findings: list[Finding]
         hardware_compatibility=compat, device=raw.get("device", "gpu"),
         runners=RunnerLabels(tuple(runners["build"]), tuple(runners.get("gate", runners["build"]))),
         options=_options(raw.get("options", {})), platform=platform, gpu_match=raw.get("gpu_match", "cc"),
+        cpu_match=raw.get("cpu_match", "any"),
         serve=raw.get("serve"), toolchain=_toolchain(raw.get("toolchain", "runner")),
         weights=raw.get("weights", "embedded"))
 

@@ -262,6 +262,19 @@ def _run_alive(tmp: Path, run_id: str) -> bool:
     return True
 
 
+def remove_run_tmp(ws: Workspace, run_id: str) -> None:
+    """Remove every temporary entry of run ``run_id`` (``<run id>-...``; its owner file stays until released)."""
+    for entry in ws.tmp.glob(f"{run_id}-*"):
+        for attempt in range(3):  # a killed worker's last write may land while the dir is being removed
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            if not os.path.lexists(entry):
+                break
+            time.sleep(0.1 * (attempt + 1))
+
+
 def clean_stale_tmp(ws: Workspace, keep: str | None = None) -> int:
     """Remove temporary node dirs left by killed runs (see :class:`RunOwnership`); ``keep``: this run's id."""
     removed = 0
@@ -511,10 +524,13 @@ class Executor:
             interrupted = True
             if pool is not None:
                 stop_workers(pool, guard)  # before removing their temp dirs: a live worker would write into them
-            for fut, (node, tmp, _t0, _deps) in running.items():
+            for fut, (node, _tmp, _t0, _deps) in running.items():
                 fut.cancel()
-                shutil.rmtree(tmp, ignore_errors=True)
                 reports[node.id] = NodeReport(node.id, node.kind, "interrupted", reason="stopped by Ctrl-C")
+            # Every temp dir of this run, not only those of the running nodes: Ctrl-C can land after a dir is made
+            # and before its work is tracked (or inside an in-process step), or while a finished node's dir is
+            # being moved into place; all carry this run's id (issue 22.5: one was left under load).
+            remove_run_tmp(ws, owner.run_id)
         finally:
             if pool is not None:
                 # interrupted: the workers were killed (stop_workers), so the shutdown has nothing to wait for

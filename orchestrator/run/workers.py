@@ -110,17 +110,19 @@ def worker_init(parent: int, pgid: int | None) -> None:
 
 def stop_workers(pool: cf.ProcessPoolExecutor, guard: WorkerGuard | None = None) -> None:
     """Kill the pool's workers now (Ctrl-C): a native build cannot be interrupted from Python."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
     if guard is not None and guard.pgid is not None:
         guard.kill_group()  # the workers and their children (a builder's tool), one signal
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
         terminate()
-        return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+    else:
+        for proc in processes:
+            proc.terminate()
+    # Wait until they are gone: the caller removes their temp dirs next, and a worker still finishing a write (a
+    # loaded machine, a slow disk) would leave a dir behind. A killed process ends when its syscall returns.
     for proc in processes:
-        proc.terminate()
-    for proc in processes:
-        proc.join(timeout=5)
+        proc.join(timeout=60)
 
 
 def reap(pool: cf.ProcessPoolExecutor) -> None:

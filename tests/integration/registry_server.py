@@ -56,19 +56,28 @@ def bcrypt_hash(password: str) -> str:
     return hashed
 
 
+class _PortTaken(Exception):
+    pass
+
+
 class RegistryServer:
     def __init__(self, workdir: Path, port: int | None = None, users: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
         self.storage = self.workdir / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        self._pick_port = port is None  # a port this server chose itself: another may be chosen if it is taken
         self.config = self.workdir / "config.yml"
-        auth = ""
+        self._auth = ""
         if users:
             htpasswd = self.workdir / "htpasswd"
             htpasswd.write_text("".join(f"{u}:{bcrypt_hash(p)}\n" for u, p in users.items()))
-            auth = f"auth:\n  htpasswd: {{realm: trt-orchestrator-tests, path: {htpasswd}}}\n"
+            self._auth = f"auth:\n  htpasswd: {{realm: trt-orchestrator-tests, path: {htpasswd}}}\n"
         self.users = users or {}
+        self._write_config()
+        self.proc: subprocess.Popen | None = None
+
+    def _write_config(self) -> None:
         self.config.write_text(
             "version: 0.1\n"
             "log: {level: warn, accesslog: {disabled: true}}\n"
@@ -79,15 +88,27 @@ class RegistryServer:
             "http:\n"
             f"  addr: 127.0.0.1:{self.port}\n"
             "  secret: trt-orchestrator-tests\n"
-            + auth
+            + self._auth
         )
-        self.proc: subprocess.Popen | None = None
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> RegistryServer:
+        """Start the server and wait until it answers. Under pytest-xdist (or beside another test run) a free port
+        can be taken between choosing it and binding it: a server that exits saying so gets another port, and an
+        answer counts only while our own process is still alive (not another run's server on that port)."""
+        for _attempt in range(5):
+            try:
+                return self._start_once()
+            except _PortTaken:
+                self.port = free_port()
+                self._write_config()
+        raise RuntimeError(f"docker-registry found no free port in 5 tries: "
+                           f"{(self.workdir / 'registry.log').read_text()[-2000:]}")
+
+    def _start_once(self) -> RegistryServer:
         log = open(self.workdir / "registry.log", "ab")
         self.proc = subprocess.Popen([BINARY, "serve", str(self.config)], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -95,20 +116,29 @@ class RegistryServer:
         deadline = time.monotonic() + START_DEADLINE_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"docker-registry exited with {self.proc.returncode}: "
-                                   f"{(self.workdir / 'registry.log').read_text()[-2000:]}")
+                text = (self.workdir / "registry.log").read_text()[-2000:]
+                if self._pick_port and "address already in use" in text:
+                    raise _PortTaken()
+                raise RuntimeError(f"docker-registry exited with {self.proc.returncode}: {text}")
             try:
                 with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1) as r:
-                    if r.status == 200:
+                    if r.status == 200 and self._still_ours():
                         return self
             except urllib.error.HTTPError as e:
-                if e.code == 401 and self.users:  # up, and asking for credentials as configured
+                if e.code == 401 and self.users and self._still_ours():  # up, asking for credentials as configured
                     return self
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"docker-registry did not answer GET /v2/ within {START_DEADLINE_S} s")
+
+    def _still_ours(self) -> bool:
+        """Whether our process still runs a moment after the port answered: one that failed to bind exits at once
+        (and the answer came from whatever else holds the port)."""
+        time.sleep(0.2)
+        assert self.proc is not None
+        return self.proc.poll() is None
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (no graceful drain of in-flight uploads)."""

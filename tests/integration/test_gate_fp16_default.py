@@ -143,5 +143,6 @@ def test_a_badly_broken_engine_still_fails_the_default(rec):
     (out,) = verdict.cases[0].outputs
     assert verdict.status == "failed"
     assert out.violation_fraction > 2 * 1e-4  # the elementwise criterion alone already fails it
-    assert out.cosine < 0.99 and out.rel_l2 > 0.15  # and so do both secondary checks
+    # and so do both secondary checks (the broken weights dominate: no CPU's rounding comes near them)
+    assert out.cosine < out.tolerance.min_cosine and out.rel_l2 > out.tolerance.max_rel_l2
     assert any("allowed 0.0100%" in r for r in verdict.reasons)

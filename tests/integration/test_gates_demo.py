@@ -22,11 +22,11 @@ CPU_CELLS = [f"{m}/{p}/default@cpu+ort1.31" for m in ("ocr-det", "ocr-rec", "ori
 
 
 @pytest.fixture(scope="module")
-def gated(demo_build):
-    manifest, cache, _ = demo_build
-    summary, proc = run_json("gate", str(manifest), cache=cache, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return manifest, cache, summary
+def gated(demo_gated):
+    """The demo built and gated (once for the test run, shared by every worker: conftest.gated_demo_copy)."""
+    manifest, cache, record = demo_gated
+    assert record["returncode"] == 0, record["output"]
+    return manifest, cache, record["summary"]
 
 
 def _report(summary: dict, node: str) -> dict:

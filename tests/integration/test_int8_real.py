@@ -6,11 +6,11 @@
 
 Small profiles keep it quick (about 15 s). One calibration node per model serves both targets.
 
-Measured here (onnxruntime 1.31.1, 4 entropy-calibrated samples of the fleet's synthetic 64x64 images resized to
-128x128, parity on the same 4 images): doc-det int8 on the CPU has cosine 0.904 and relative L2 0.442 on
-``sigmoid_0.tmp_0`` (1.5 % of the elements out of atol/rtol 0.1) -- the default int8 tolerances (cosine >= 0.98,
-relative L2 <= 0.2) FAIL, which the test asserts first. The manifest then sets a model-level int8 tolerance citing
-that measurement (cosine >= 0.88, relative L2 <= 0.5): a re-gate, no rebuild, and it passes.
+Parity on the same 4 images: whether the default int8 tolerances (cosine >= 0.98, relative L2 <= 0.2) pass is a
+property of the CPU -- onnxruntime picks its int8 kernels by instruction set (doc-det: cosine 0.904, relative L2 0.442
+on one x86-64 machine; cosine 0.238 on an AMD EPYC with avx512_vnni, issue 22.5). So the test asserts the relation
+the verdict depends on (failed exactly when a metric is beyond its tolerance, exit 3 exactly then), then sets a
+model-level int8 tolerance derived from this machine's measurement: a re-gate, no rebuild, and it passes.
 """
 
 from __future__ import annotations
@@ -87,17 +87,6 @@ matrix:
   exclude:
     - {{model: doc-orientation, target: cpu-x86}}   # not an int8 model of the fleet; RTX build only
 """
-# Measured (module docstring): cosine 0.904, relative L2 0.442 at the defaults' 0.98 / 0.2.
-MEASURED_TOLERANCE = """\
-    gate:
-      parity:
-        tolerances:
-          # int8 ORT CPU measured on the fleet's 4 calibration images: cosine 0.904, rel L2 0.442
-          # (tests/integration/test_int8_real.py); the defaults (0.98 / 0.2) fail on this data
-          int8: {atol: 0.1, rtol: 0.1, min_cosine: 0.88, max_rel_l2: 0.5}   # atol/rtol: the defaults
-"""
-
-
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "ORCHESTRATE_CACHE": str(cwd / ".orchestrate"), "COLUMNS": "250"}
     env.pop("ORCHESTRATE_REGISTRY", None)
@@ -168,25 +157,56 @@ def test_one_calibration_per_model_serves_rtx_and_onnxruntime(built):
     assert len(keys) == 1
 
 
+def _outputs(verdict: dict) -> list[dict]:
+    return [o for profile in verdict["profiles"].values() for case in profile["cases"] for o in case["outputs"]]
+
+
+def _beyond(out: dict) -> bool:
+    """Whether an output's metrics are beyond its tolerance (core.tolerances: the elementwise fraction, cosine when
+    gated, relative L2, NaN/Inf), from the verdict's own numbers."""
+    tol = out["tolerance"]
+    return (out["nan_count"] > 0 or out["inf_count"] > 0
+            or out["violation_fraction"] > float(tol["max_violation_fraction"])
+            or (out["cosine_gated"] and tol.get("min_cosine") is not None
+                and float(out["cosine"]) < float(tol["min_cosine"]))
+            or (tol.get("max_rel_l2") is not None and float(out["rel_l2"]) > float(tol["max_rel_l2"])))
+
+
+def _tolerance_from(outputs: list[dict]) -> str:
+    """A model-level int8 tolerance that the measured outputs fit with room to spare (an int8 CPU engine's numbers
+    depend on the CPU's instruction set: issue 22.5, so the test derives it here, as a user cites a measurement)."""
+    atol = max(float(o["max_abs_error"]) for o in outputs) * 1.5 + 1e-3
+    min_cosine = min(float(o["cosine"]) for o in outputs) - 0.05
+    max_rel_l2 = max(float(o["rel_l2"]) for o in outputs) * 1.5 + 0.01
+    return ("    gate:\n      parity:\n        tolerances:\n"
+            f"          int8: {{atol: {atol:.6g}, rtol: 0.1, min_cosine: {min_cosine:.6g}, "
+            f"max_rel_l2: {max_rel_l2:.6g}}}\n")
+
+
 def test_onnxruntime_int8_gated_for_parity_on_the_images(built):
-    # 1. the default int8 tolerances, measured: they fail on this data (reported, not loosened silently)
+    # 1. the default int8 tolerances. Whether they pass is a property of the CPU (cosine 0.904 on one x86-64
+    # machine, 0.238 on an AMD EPYC with avx512_vnni: issue 22.5); what holds everywhere is the relation: the
+    # verdict fails exactly when a metric is beyond its tolerance, and `gate` exits 3 exactly then
     proc = run("gate", "m.yaml", cwd=built)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
     address = "doc-det/int8/small@cpu+ort1.31"
     ort = _cells(built)[address]
     [verdict] = _verdicts(built, address)
-    out = verdict["profiles"]["small"]["cases"][0]["outputs"][0]
-    assert verdict["status"] == "failed"
-    assert 0.85 < out["cosine"] < 0.98 and 0.2 < out["rel_l2"] < 0.5, out  # the measurement the manifest cites
+    outputs = _outputs(verdict)
+    assert outputs
+    for out in outputs:
+        assert (out["status"] == "failed") == _beyond(out), out
+    assert (verdict["status"] == "failed") == any(_beyond(o) for o in outputs)
+    assert proc.returncode == (3 if verdict["status"] == "failed" else 0), proc.stdout + proc.stderr
     # RTX engines need a GPU to gate: pending here, never failed
     assert "gate pending" in proc.stdout + proc.stderr
 
-    # 2. the manifest-level tolerance citing the measurement: a re-gate (the build key does not move), passing
-    _write(built, MEASURED_TOLERANCE)
+    # 2. a manifest-level tolerance citing the measurement: a re-gate (the build key does not move), passing
+    _write(built, _tolerance_from(outputs))
     assert _cells(built)[address]["build_key"] == ort["build_key"]
     proc = run("gate", "m.yaml", cwd=built)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     gate_key = _cells(built)[address]["gate_key"]
     assert gate_key != ort["gate_key"]
     first, second = _verdicts(built, address)  # a second verdict under the new tolerance, the first kept
-    assert first["status"] == "failed" and second["status"] == "passed"
+    assert first["status"] == verdict["status"] and second["status"] == "passed"
+    assert not any(_beyond(o) for o in _outputs(second))

@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from .conftest import orchestrate, run_json, write_demo_copy
+from .conftest import gated_demo_copy, orchestrate, run_json
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +27,13 @@ NP_OF = {model_config_pb2.TYPE_FP32: np.float32, model_config_pb2.TYPE_INT64: np
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory, demo_models):
+    """The demo's fp32 CPU cells built, gated and published: the build and gate are the run's shared ones
+    (conftest.gated_demo_copy: the same nodes a build and gate of these cells make), the publish is this module's."""
     root = tmp_path_factory.mktemp("triton-demo")
-    manifest = write_demo_copy(root)
-    cache = root / "cache"
+    manifest, cache, record = gated_demo_copy(tmp_path_factory, root, registry=str(root / "artifacts"))
+    assert record["returncode"] == 0, record["output"]
     only = [arg for cell in CELLS for arg in ("--only", cell)]
-    for verb in ("build", "gate", "publish"):
-        orchestrate(verb, str(manifest), *only, cache=cache)
+    orchestrate("publish", str(manifest), *only, cache=cache)
     return root, manifest, cache
 
 

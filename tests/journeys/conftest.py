@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import orchestrate, run_json, write_demo_copy
+from tests.integration.conftest import gated_demo_copy, orchestrate, run_json
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,15 @@ class Demo:
 
 @pytest.fixture(scope="session")
 def demo_published(tmp_path_factory, demo_models) -> Demo:
-    """manifests/demo.yaml built, gated and published into a private local store, once per session. Read-only:
-    journeys that change anything take ``published_copy``."""
+    """manifests/demo.yaml built, gated and published into a private local store, once per session (the build and
+    gate are the run's shared ones: ``gated_demo_copy``). Read-only: journeys that change anything take
+    ``published_copy``."""
     root = tmp_path_factory.mktemp("journey-demo")
     store = root / "artifacts"
-    manifest = write_demo_copy(root / "manifests", registry=str(store))
-    demo = Demo(root=root, manifest=manifest, store=store, cache=root / "cache")
-    for verb in ("build", "gate", "publish"):
-        demo.run(verb, str(manifest), timeout=3600)  # the gate of 18 cells: minutes on a loaded 2-core box
+    manifest, cache, gated = gated_demo_copy(tmp_path_factory, root, registry=str(store))
+    assert gated["returncode"] == 0, gated["output"]
+    demo = Demo(root=root, manifest=manifest, store=store, cache=cache)
+    demo.run("publish", str(manifest), timeout=3600)
     return demo
 
 

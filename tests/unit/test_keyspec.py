@@ -389,7 +389,11 @@ targets:
      toolchain: runner, gate: {{parity: {{data: {{path: ../data/parity2, preprocess: {PREPROCESS},
                                                     labels: ../data/labels2.json}}}}}}}}
   - {{name: h100-triton, builder: tensorrt, serve: "triton:25.11", compute_capability: "9.0"}}
+  # cpu_match is for device: cpu only (validate refuses it elsewhere): here, so BASE_A's ort-cpu device can move
+  - {{name: ort-isa, builder: onnxruntime, builder_version: "1.23.2", device: cpu, cpu_match: isa}}
 matrix:
+  exclude:
+    - {{model: tiny, target: ort-isa}}   # onnxruntime refuses most precisions tiny's may be mutated to
   include:
     - {{model: tiny, target: l4, gate: {{parity: {{data: {{path: ../data/parity2,
          preprocess: {PREPROCESS}, labels: ../data/labels2.json}}}}}}}}

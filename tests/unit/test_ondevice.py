@@ -63,7 +63,9 @@ def test_device_target_takes_the_probe_place_and_version_and_the_nearest_options
     device_target(_t("p", "onnxruntime", "1.31.1", device="cpu"),
                   _t("n", "onnxruntime", "1.31", device="cuda", ort_optimization="basic", timing_cache=False),
                   platform="linux/aarch64"),
-], ids=["rtx", "ort-cpu"])
+    device_target(_t("p", "onnxruntime", "1.31.1", device="cpu"),
+                  replace(_t("n", "onnxruntime", "1.31", device="cpu"), cpu_match="isa"), platform="linux/x86_64"),
+], ids=["rtx", "ort-cpu", "ort-cpu-isa"])
 def test_manifest_entry_reads_back_into_the_same_target(target):
     """What a deployment prints is what a manifest declares: the manifest loader's conversion of the entry is this
     target (the builder's slug is filled in by the loader from the plugin, as for any target)."""

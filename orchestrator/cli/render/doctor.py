@@ -20,6 +20,12 @@ def render_doctor(report: dict[str, Any], console: Console) -> None:
                           f"{g['memory_mib']} MiB")
     else:
         console.print("  no NVIDIA GPU (NVML found no driver)")
+    cpu = fp.get("cpu")
+    if isinstance(cpu, dict):  # what a CPU engine's verdict holds for (docs/gates.md, "CPU instruction sets")
+        isa = " ".join(str(f) for f in cpu.get("features") or ()) or "none of the kernel-selecting features"
+        where = f" (from {cpu['source']})" if cpu.get("source") else ""
+        console.print(f"  CPU: {escape(str(cpu.get('model') or '-'))}  ISA "
+                      f"{escape(isa) if cpu.get('source') else 'unknown'}{escape(where)}")
     installed = [f"{escape(name)} {escape(str(rt['version']))}" + (f" {escape(str(rt['features']))}"
                                                                    if rt["features"] else "")
                  for name, rt in fp["runtimes"].items()]

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.app.registry import CalibrationCache, Listing, TimingCache, WeightsBlob, record_key_of
+from orchestrator.cli.render.report import cpu_text
 from orchestrator.core.fingerprint import RunnerFingerprint
 
 
@@ -184,6 +185,21 @@ def runner_text(runner: Mapping[str, Any]) -> str:
         return ", ".join(gpus) or "no GPU"
 
 
+def _gated_on(meta: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """A CPU engine's verdicts hold for the CPU instruction set they were given on: which one, and the target's
+    cpu_match policy (``any``: any CPU of the platform; ``isa``: that ISA only)."""
+    gates = meta.get("gates") or {}
+    cpus = {kind: cpu_text(((gates.get(kind) or {}).get("runner") or {}).get("cpu"))
+            for kind in ("parity", "benchmark") if isinstance(gates.get(kind), Mapping)}
+    found = {k: v for k, v in cpus.items() if v}
+    if not found:
+        return []
+    policy = f"cpu_match: {((gates.get('key_inputs') or {}).get('deploy') or {}).get('cpu_match') or 'any'}"
+    if len(set(found.values())) == 1:
+        return [("gated on", f"{next(iter(found.values()))}; {policy}")]
+    return [(f"{kind} on", f"{text}; {policy}") for kind, text in found.items()]
+
+
 def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[str], str]) -> None:
     gates = meta.get("gates") or {}
     target = meta.get("target")
@@ -198,7 +214,7 @@ def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[st
         ("gates", gates.get("status")),
         ("runner", runner_text(meta["runner"]) if isinstance(meta.get("runner"), Mapping) else "?"),
         ("manifest", manifest_text(meta["manifest"]) if isinstance(meta.get("manifest"), Mapping) else "?"),
-        ("published", meta.get("published_at"))]
+        *_gated_on(meta), ("published", meta.get("published_at"))]
     if isinstance(reused, Mapping):
         lines.append(("reused", f"the engine and verdicts of version {reused.get('model_version')} (record "
                                 f"{str(reused.get('record_key'))[:12]})"))

@@ -151,7 +151,17 @@ def cell_summary(cell: dict) -> dict:
         "memory_threshold_mib": memory.get("threshold_mib"),
         "engine_mib": _mib(memory.get("engine_bytes")),
         "soak_growth_mib": soak.get("growth_mib"),
+        "cpu": cpu_text(cell.get("cpu")),
     }
+
+
+def cpu_text(cpu: object) -> str | None:
+    """``AMD EPYC: avx fma avx2 avx512f ...`` for a CPU engine's verdict (the ISA it holds for); None otherwise."""
+    if not isinstance(cpu, dict):
+        return None
+    features = " ".join(str(f) for f in cpu.get("features") or ()) if cpu.get("source") else "ISA unknown"
+    declared = " (declared)" if cpu.get("source") == "ORCHESTRATE_CPU_FEATURES" else ""
+    return f"{cpu.get('model') or 'CPU'}: {features or 'none of the kernel-selecting features'}{declared}"
 
 
 def _mib(value: object) -> float | None:
