@@ -6,12 +6,14 @@ tests/integration/registry_server.py) and the local store, with real onnxruntime
   an onnxruntime CPU engine from the published ONNX (the deployment's copy of the manifest has no model file),
   gates it, writes it; ``--publish-back`` adds exactly one record, marked ``built_on_device``, whose build key is the
   one ``plan`` computes for a manifest declaring the printed target (``= up to date``); a second pull builds
-  nothing; two pulls at once build once;
-- an RTX AOT engine for a declared GPU is built for real here, its gate pending (no GPU here): said, written,
-  refused by ``--require-gate`` (exit 1, nothing written);
+  nothing; two pulls at once build once (with ``--publish-back``: the other pulls the record; without: it reuses
+  the build left in the cache dir, as a later pull does);
+- an RTX AOT engine for a declared GPU is built for real here with the builder options of the nearest declared
+  RTX target (the builder applies them), its gate pending (no GPU here): said, written, refused by
+  ``--require-gate`` (exit 1, nothing written);
 - the gate: a published fp32 engine's recorded outputs are reproduced by an fp16 engine built on a miss (each
   side's tolerance added), an engine of other weights is refused by that check, and a parity failure against the
-  reference exits 3 with the failing output and writes nothing;
+  reference exits 3 with the failing output, writes nothing and publishes nothing (``--publish-back``);
 - no ONNX published for the version: said with the fix; ``--publish-back`` with the model file here publishes it.
 """
 
@@ -36,6 +38,7 @@ from orchestrator.app.heal_gate import recorded_check
 from orchestrator.app.project import load_manifests
 from orchestrator.core.model import RegistryConfig
 from orchestrator.plugins import fingerprint, open_store
+from orchestrator.run.executor import read_result
 from tests.integration.conftest import REPO, orchestrate, run_json
 from tests.integration.registry_server import RegistryServer, require_binary
 from tests.weights_models import mlp, perturbed_copy
@@ -77,6 +80,7 @@ targets:
     builder: tensorrt-rtx
     builder_version: "{rtx}"
     compute_capability: "8.6"
+    options: {{optimization_level: 2}}
 {extra_targets}transforms:
   tools: {{onnxconverter-common: "1.16", onnx: "1.23"}}
 registry: {registry}
@@ -85,6 +89,7 @@ CPU_TARGET = f"""  - name: cpu
     builder: onnxruntime
     builder_version: "{FAMILY}"
     device: cpu
+    options: {{ort_optimization: basic}}
 """
 
 
@@ -222,16 +227,10 @@ def test_nothing_that_can_be_built_here_runs_there_exits_4_with_every_reason(oci
     assert not (cache / "nodes").exists() and _records(oci.ref, cache) == before
 
 
-def test_two_pulls_at_once_build_once(oci, tmp_path):
-    """Two pulls of one cell on one machine, both waiting at the build key's lock (held here until both say so):
-    the first to get it builds and publishes back, the other finds that record: built once, one record more."""
-    cache = tmp_path / "shared-cache"
-    target = {"name": f"device-cpu-ort{FAMILY}", "builder": "onnxruntime",
-              "builder_version": metadata.version("onnxruntime"), "device": "cpu"}
-    key = _plan(with_targets(oci.manifest, tmp_path / "declared.yaml", target),
-                tmp_path / "plan-cache")[f"mlp/fp16/default@cpu+ort{FAMILY}"]["build_key"]
-    before = len(_records(oci.ref, cache))
-    (cache / "locks").mkdir(parents=True)
+def _two_at_once(world: Published, cache: Path, key: str, outs: Path, *args: str) -> list[str]:
+    """Two ``pull --build-on-miss --precision fp16`` of one cell on one machine (``cache``), both waiting at the
+    build key's lock (held here until both say so); what each printed."""
+    (cache / "locks").mkdir(parents=True, exist_ok=True)
     held = FileLock(str(cache / "locks" / f"build-on-miss-{key}.lock"))
     held.acquire()
     env = {**os.environ, "ORCHESTRATE_CACHE": str(cache), "COLUMNS": "400"}
@@ -239,10 +238,9 @@ def test_two_pulls_at_once_build_once(oci, tmp_path):
     try:
         for i in range(2):
             proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "pull", "mlp", "--build-on-miss",
-                                     "--manifest", str(oci.deployed), "--gpu", "none", "--precision", "fp16",
-                                     "--publish-back", "-o",
-                                     str(tmp_path / f"mlp-{i}.onnx")], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+                                     "--manifest", str(world.deployed), "--gpu", "none", "--precision", "fp16",
+                                     *args, "-o", str(outs / f"mlp-{i}.onnx")], cwd=REPO, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             event, lines = threading.Event(), []
 
             def read(proc=proc, event=event, lines=lines) -> None:
@@ -261,10 +259,23 @@ def test_two_pulls_at_once_build_once(oci, tmp_path):
         assert all(any("waiting for it" in line for line in lines) for lines in said), said
     finally:
         held.release()
-    outs = []
+    printed = []
     for proc in procs:
-        outs.append(proc.stdout.read())
+        printed.append(proc.stdout.read())
         assert proc.wait(timeout=600) == 0, said
+    return printed
+
+
+def test_two_pulls_at_once_build_once(oci, tmp_path):
+    """The first to get the lock builds and publishes back, the other finds that record: built once, one record
+    more."""
+    cache = tmp_path / "shared-cache"
+    target = {"name": f"device-cpu-ort{FAMILY}", "builder": "onnxruntime",
+              "builder_version": metadata.version("onnxruntime"), "device": "cpu"}
+    key = _plan(with_targets(oci.manifest, tmp_path / "declared.yaml", target),
+                tmp_path / "plan-cache")[f"mlp/fp16/default@cpu+ort{FAMILY}"]["build_key"]
+    before = len(_records(oci.ref, cache))
+    outs = _two_at_once(oci, cache, key, tmp_path, "--publish-back")
     built = [o for o in outs if o.startswith("built ")]
     assert len(built) == 1, outs  # the other "chose" the record the first published back
     assert sum(o.startswith("chose ") for o in outs) == 1, outs
@@ -280,17 +291,31 @@ def test_an_rtx_engine_for_a_declared_gpu_is_built_here_and_its_gate_stays_pendi
     assert proc.returncode == 1 and not out.exists()
     assert "--require-gate refuses an ungated engine" in refused["error"]["message"]
     assert "needs an NVIDIA GPU" in refused["error"]["message"]
+    # the deployment is told, in words: the gate is pending here, and why; the engine is written ungated
+    told = orchestrate("pull", "mlp", "--build-on-miss", "--manifest", str(oci.deployed), "--gpu", "sm89", "-o",
+                       str(tmp_path / "told.engine"), cache=cache)
+    said = " ".join(told.stdout.split())
+    assert "gate pending (" in said and "needs an NVIDIA GPU" in said and "written ungated" in said, told.stdout
+    assert (tmp_path / "told.engine").is_file()
     before = _records(oci.ref, cache)
     doc, _ = oci.pull("--gpu", "sm89", "-o", str(out), "--publish-back", cache=cache)
     heal = doc["build_on_miss"]
     assert heal["address"] == "mlp/fp32/default@sm89+rtx1.7" and heal["built"] == "cached"  # built by the refusal
     assert heal["gate"]["status"] == "pending" and "needs an NVIDIA GPU" in heal["gate"]["pending"]
     assert heal["nearest_target"] == "rtx-sm86" and heal["target"]["compute_capability"] == "8.9"
+    # the builder options of the nearest declared target of the same builder, applied by the real build
+    assert heal["target"]["options"] == {"optimization_level": 2}
     # a real TensorRT-RTX engine for SM89, read from its own bytes
     identified = run_json("identify", str(out), cache=cache)[0]
     assert "8.9" in json.dumps(identified) and "rtx" in json.dumps(identified).lower()
     after = _records(oci.ref, cache)
     assert len(after) == len(before) + 1
+    (new,) = [a for a in after if a["record_key"] not in {b["record_key"] for b in before}]
+    shown = run_json("show", new["record_key"][:16], "--registry", oci.ref, cache=cache)[0]
+    assert shown["built_on_device"]["gate"]["status"] == "pending" and shown["gates"]["status"] == "pending"
+    assert shown["key_inputs"]["options"]["optimization_level"] == 2
+    applied = read_result(Path(heal["engine"]).parent)["data"]["metadata"]["options"]  # what the builder set
+    assert applied == {"optimization_level": 2}
     declared = with_targets(oci.manifest, tmp_path / "declared.yaml", heal["target"])
     cell = _plan(declared, tmp_path / "plan-cache")[heal["address"]]
     assert (cell["status"], cell["build_key"]) == ("up-to-date", heal["build_key"])
@@ -321,6 +346,12 @@ def test_an_engine_built_on_a_miss_reproduces_the_outputs_a_published_engine_rec
     assert recorded["against"]["address"] == f"mlp/fp32/default@cpu+ort{FAMILY}"  # the most precise record
     assert recorded["passed"] and recorded["compared"] > 0 and "recorded default:fp32" in recorded["tolerance"]
     assert heal["gate"]["status"] == "passed" and out.is_file()
+    # the builder options of the nearest declared target of the same builder (the declared cpu target's)
+    assert heal["target"]["options"] == {"ort_optimization": "basic"}
+    # a second pull on this machine builds nothing: the build it left in the cache dir, gated again
+    again, _ = local.pull("--precision", "fp16", "-o", str(tmp_path / "again.onnx"), cache=tmp_path / "cache")
+    assert again["build_on_miss"]["built"] == "cached" and again["digest"] == heal["digest"]
+    assert again["build_on_miss"]["gate"]["status"] == "passed"
 
 
 def test_the_recorded_outputs_refuse_an_engine_of_other_weights(local, tmp_path):
@@ -338,19 +369,40 @@ def test_the_recorded_outputs_refuse_an_engine_of_other_weights(local, tmp_path)
     assert same["passed"], same
 
 
-def test_a_parity_failure_writes_nothing_and_exits_3(local, tmp_path):
+def test_two_pulls_at_once_without_publish_back_build_once(local, tmp_path):
+    """Nothing is published back: the first to get the lock builds, the other takes the build it left in the cache
+    dir (``reused``); both write the same gated engine, the registry is unchanged."""
+    cache = tmp_path / "shared-cache"
+    store = open_store(RegistryConfig(store="local", path=str(local.ref)))
+    (manifest,) = load_manifests([local.deployed], absent_files_ok=True)
+    key = recipe(manifest, manifest.models[0], store, where=deploy.deployment(gpu="none"), actual=fingerprint(),
+                 ws_root=cache, precision="fp16").cell.build_key
+    before = len(_records(local.ref, cache))
+    outs = _two_at_once(local, cache, key, tmp_path)
+    assert sorted(o.split(" ", 1)[0] for o in outs) == ["built", "reused"], outs
+    assert all("gate passed" in o for o in outs), outs
+    assert (tmp_path / "mlp-0.onnx").read_bytes() == (tmp_path / "mlp-1.onnx").read_bytes()
+    assert len(_records(local.ref, cache)) == before
+
+
+def test_a_parity_failure_writes_nothing_publishes_nothing_and_exits_3(local, tmp_path):
     strict = write_manifest(tmp_path / "strict.yaml", tmp_path / "absent.onnx", f"{{store: local, path: {local.ref}}}",
                             cpu=True, tolerances=", tolerances: {fp16: {atol: 0.0, rtol: 0.0}}")
-    out = tmp_path / "fp16.onnx"
-    doc, proc = local.pull("--precision", "fp16", "-o", str(out), cache=tmp_path / "cache", check=False,
-                           manifest=strict)
-    assert proc.returncode == 3 and not out.exists() and doc["path"] is None
+    out = tmp_path / "out" / "fp16.onnx"
+    before = _records(local.ref, tmp_path / "cache")
+    doc, proc = local.pull("--precision", "fp16", "-o", str(out), "--publish-back", cache=tmp_path / "cache",
+                           check=False, manifest=strict)
+    assert proc.returncode == 3 and doc["path"] is None
     gate = doc["build_on_miss"]["gate"]
     assert gate["status"] == "failed" and any(r.startswith("parity: opt/y: ") for r in gate["reasons"]), gate
-    text = orchestrate("pull", "mlp", "--build-on-miss", "--manifest", str(strict), "--precision", "fp16", "-o",
-                       str(out), cache=tmp_path / "cache", check=False)
+    assert doc["build_on_miss"]["published"] is None
+    text = orchestrate("pull", "mlp", "--build-on-miss", "--manifest", str(strict), "--precision", "fp16",
+                       "--gpu", "none", "--publish-back", "-o", str(out), cache=tmp_path / "cache", check=False)
     assert text.returncode == 3 and "gate failed" in text.stderr and "nothing written" in text.stderr
-    assert not out.exists()
+    assert "parity: opt/y: " in text.stderr  # the failing output
+    # nothing written (not even the folder -o named) and nothing published
+    assert not out.parent.exists()
+    assert _records(local.ref, tmp_path / "cache") == before
 
 
 def test_no_published_onnx_is_said_with_the_fix_and_publish_back_publishes_it(tmp_path):
