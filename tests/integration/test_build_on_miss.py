@@ -15,6 +15,8 @@ tests/integration/registry_server.py) and the local store, with real onnxruntime
   side's tolerance added), an engine of other weights is refused by that check, and a parity failure against the
   reference exits 3 with the failing output, writes nothing and publishes nothing (``--publish-back``);
 - no ONNX published for the version: said with the fix; ``--publish-back`` with the model file here publishes it.
+- int8: the deployment has no calibration data; the engine takes the calibration cache published with the
+  version's engines, under the build key ``plan`` computes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import yaml
 from filelock import FileLock
@@ -417,3 +420,70 @@ def test_no_published_onnx_is_said_with_the_fix_and_publish_back_publishes_it(tm
     assert doc["build_on_miss"]["gate"]["status"] == "passed"
     weights = run_json("ls", "--registry", world.ref, cache=tmp_path / "cache")[0]["weights"]
     assert len(weights) == 1
+
+
+# -- int8: the calibration cache published with the version's engines ---------------------------------------------
+
+INT8 = """\
+manifest_version: 1
+project: heal-int8
+models:
+  - name: mlp
+    version: "1.0"
+    source: {{path: {model}}}
+    inputs:
+      x:
+        shape: [N, 64]
+        profiles:
+          default: {{min: [1, 64], opt: [2, 64], max: [4, 64]}}
+    precisions: [{{name: int8, calibration_method: minmax}}]
+    calibration: {{path: {calib}, samples: 4}}
+    gate:
+      parity:
+        data: {{samples: 2, seed: 3}}
+        # the recipe is under test, not int8 accuracy (onnxruntime picks int8 kernels by instruction set)
+        tolerances: {{int8: {{atol: 1.0, rtol: 1.0, min_cosine: 0.9, max_rel_l2: 0.5}}}}
+      benchmark: {{enabled: false}}
+      allow_ungated_publish: true
+targets:
+  - name: rtx-sm86
+    builder: tensorrt-rtx
+    builder_version: "{rtx}"
+    compute_capability: "8.6"
+registry: {{store: local, path: {store}, publish_onnx: true}}
+"""
+
+
+@pytest.mark.skipif(RTX is None, reason="TensorRT-RTX is not installed (pip install 'trt-orchestrator[rtx]')")
+def test_an_int8_engine_is_built_from_the_published_calibration_cache_without_the_calibration_data(tmp_path):
+    """CI calibrates once (Q/DQ scales for the RTX int8 engine) and publishes the cache with the engine; the
+    deployment has neither the model nor the calibration data: its onnxruntime int8 engine takes the published ONNX
+    and that calibration cache, and its build key is the one ``plan`` computes for the declared target."""
+    store = tmp_path / "artifacts"
+    (tmp_path / "ci" / "calib").mkdir(parents=True)
+    model = mlp(tmp_path / "ci" / "mlp.onnx")
+    for i in range(4):  # calibration runs at the opt shape
+        np.save(tmp_path / "ci" / "calib" / f"s{i}.npy",
+                np.random.default_rng(i).standard_normal((2, 64)).astype(np.float32))
+    ci = tmp_path / "ci" / "m.yaml"
+    ci.write_text(INT8.format(model=model, calib=tmp_path / "ci" / "calib", store=store, rtx=RTX_VERSION))
+    for verb in ("build", "gate", "publish"):
+        orchestrate(verb, str(ci), cache=tmp_path / "ci-cache")
+    (tmp_path / "deploy").mkdir()
+    deployed = tmp_path / "deploy" / "m.yaml"
+    deployed.write_text(INT8.format(model=tmp_path / "deploy" / "mlp.onnx", calib=tmp_path / "deploy" / "calib",
+                                    store=store, rtx=RTX_VERSION))
+    cache = tmp_path / "deploy-cache"
+    out = tmp_path / "mlp-int8.onnx"
+    doc, _ = run_json("pull", "mlp", "--build-on-miss", "--manifest", str(deployed), "--gpu", "none", "-o", str(out),
+                      "--publish-back", cache=cache)
+    heal = doc["build_on_miss"]
+    assert heal["address"] == f"mlp/int8/default@cpu+ort{FAMILY}" and heal["built"] == "built"
+    assert heal["gate"]["status"] == "passed" and out.is_file()
+    # quantized: the Q/DQ model from the published scales, not a float engine
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(out)).graph.node)
+    logs = "".join(p.read_text() for p in (cache / "logs").glob("calibrate_*.log"))
+    assert "fetched from the store" in logs and "mlp/int8/default@sm86+rtx1.7" in logs, logs
+    declared = with_targets(ci, tmp_path / "declared.yaml", heal["target"])
+    cell = _plan(declared, tmp_path / "plan-cache")[heal["address"]]
+    assert (cell["status"], cell["build_key"]) == ("up-to-date", heal["build_key"])
