@@ -17,6 +17,9 @@ cheap)::
                                       gpus=["sm75", "sm86", "sm89", "sm90"])
     repo.models[0].files  # ExportedFile(path, status, digest, ...)
     orchestrator.resolve_serving("triton:25.01").tensorrt  # '10.8.0.43'
+    # nothing published fits this machine: build it here with the manifest's recipe, gated before it is written
+    built = orchestrator.pull_or_build("ocr-det", manifest="manifests/demo.yaml", out="ocr-det.onnx")
+    built.pulled or built.gate.status
     # upgrade rehearsal: which engines stop loading on the new stack, the rebuild set; build and gate it
     report = orchestrator.upgrade_check(project, from_="triton:25.11", to="triton:26.03")
     orchestrator.rehearse(report)
@@ -31,6 +34,7 @@ if TYPE_CHECKING:  # what type checkers see (the package ships py.typed); at run
     from orchestrator.app.deploy import PullAllResult, PulledEngine, PullResult, pull, pull_all
     from orchestrator.app.doctor import diagnose
     from orchestrator.app.gating import gate
+    from orchestrator.app.heal import BuildOnMiss, pull_or_build
     from orchestrator.app.matrix import report_cells
     from orchestrator.app.pipeline import build, plan, publish
     from orchestrator.app.project import Project, load_project
@@ -52,6 +56,8 @@ _API = {
     "pull": "orchestrator.app.deploy",
     "PullResult": "orchestrator.app.deploy",
     "pull_all": "orchestrator.app.deploy",
+    "pull_or_build": "orchestrator.app.heal",
+    "BuildOnMiss": "orchestrator.app.heal",
     "PullAllResult": "orchestrator.app.deploy",
     "PulledEngine": "orchestrator.app.deploy",
     "export_triton": "orchestrator.app.triton",
@@ -71,6 +77,7 @@ _API = {
 # spelled out (not derived from _API) so linters and type checkers read it; a test keeps the two in step
 __all__ = [
     "load_project", "Project", "plan", "build", "gate", "publish", "pull", "PullResult", "pull_all", "PullAllResult",
+    "pull_or_build", "BuildOnMiss",
     "PulledEngine", "export_triton", "TritonExport", "TritonModel", "ExportedFile", "resolve_serving",
     "ServingStack", "upgrade_check", "UpgradeReport", "rehearse", "report_cells", "diagnose", "RegistryConfig",
     "RegistryRef", "__version__",

@@ -97,6 +97,43 @@ def _precision(art: StoredArtifact) -> str:
     return str(art.metadata.get("precision") or "")
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """The machine a deployment verb chooses for, as declared (``--gpu``, ``--gpu-model``, ``--platform``,
+    ``--runtime``, ``--lean-runtime``, ``--allow-cpu``); ``on(fingerprint)`` is this runner seen as that machine."""
+
+    declared_gpu: RunnerFingerprint | None
+    platform: str | None
+    spec: RuntimeSpec | None
+    lean: LeanRuntime | None
+    cpu: CpuRule | None  # the rule for CPU engines when the GPU is declared (None: detected)
+
+    def on(self, fp: RunnerFingerprint) -> RunnerFingerprint:
+        if self.platform is not None:
+            fp = on_platform(fp, self.platform)
+        if self.declared_gpu is not None:
+            fp = replace(fp, gpus=self.declared_gpu.gpus)
+        return fp
+
+
+def deployment(*, gpu: str = "auto", gpu_model: str | None = None, runtime: str = "auto", platform: str | None = None,
+               lean_runtime: str | os.PathLike[str] | None = None, allow_cpu: bool = False) -> Deployment:
+    """The declared deployment machine, every declaration checked before anything is read (a misread GPU would pick
+    an engine for another machine)."""
+    declared_gpu = RunnerFingerprint.parse_gpu_spec(gpu) if gpu != "auto" else None
+    if gpu_model is not None:
+        if declared_gpu is None:
+            raise UsageError("--gpu-model declares the model of a declared GPU; with --gpu auto this machine's own "
+                             "GPU model is used", hint=f"pass its compute capability too: --gpu sm89 --gpu-model "
+                             f"{gpu_model!r}")
+        declared_gpu = declared_gpu.with_gpu_model(gpu_model)
+    spec = RuntimeSpec.parse(runtime) if runtime != "auto" else None
+    lean = LeanRuntime.of(lean_runtime) if lean_runtime is not None else None
+    where = declared_platform(platform) if platform is not None else None
+    cpu = CpuRule(allow_cpu, ALLOW_CPU if allow_cpu else f"pass {ALLOW_CPU}") if declared_gpu is not None else None
+    return Deployment(declared_gpu, where, spec, lean, cpu)
+
+
 def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = None, precision: str | None = None,
          profile: str | None = None, gpu: str = "auto", runtime: str = "auto",
          out: str | os.PathLike[str] | None = None, fingerprint: RunnerFingerprint | None = None,
@@ -115,33 +152,21 @@ def pull(model: str, *, registry: plugins.RegistryRef, version: str | None = Non
     trusted = signatures.required(require_signature, registry)
     if trusted is not None:
         signatures.trusted_signer(trusted)  # a flag no signer takes is refused before the registry is read
-    # the declared GPU is checked before anything is read: a misread one would pick an engine for another machine
-    declared_gpu = RunnerFingerprint.parse_gpu_spec(gpu) if gpu != "auto" else None
-    if gpu_model is not None:
-        if declared_gpu is None:
-            raise UsageError("--gpu-model declares the model of a declared GPU; with --gpu auto this machine's own "
-                             "GPU model is used", hint=f"pass its compute capability too: --gpu sm89 --gpu-model "
-                             f"{gpu_model!r}")
-        declared_gpu = declared_gpu.with_gpu_model(gpu_model)
-    spec = RuntimeSpec.parse(runtime) if runtime != "auto" else None
-    lean = LeanRuntime.of(lean_runtime) if lean_runtime is not None else None
-    deployment = declared_platform(platform) if platform is not None else None
+    where = deployment(gpu=gpu, gpu_model=gpu_model, runtime=runtime, platform=platform, lean_runtime=lean_runtime,
+                       allow_cpu=allow_cpu)
     path = outputs.check_file(out) if out is not None else None
-    fp = fingerprint or plugins.fingerprint()
-    if deployment is not None:
-        fp = on_platform(fp, deployment)
-    if declared_gpu is not None:
-        fp = replace(fp, gpus=declared_gpu.gpus)
+    fp = where.on(fingerprint or plugins.fingerprint())
+    spec, lean, cpu = where.spec, where.lean, where.cpu
     store = plugins.open_existing_store(registry)
     wanted, found = find_candidates(store, model, version, precision, profile)
-    cpu = CpuRule(allow_cpu, ALLOW_CPU if allow_cpu else f"pass {ALLOW_CPU}") if declared_gpu is not None else None
     ranking = rank_candidates(found, judge(fp, spec, lean=lean, cpu=cpu), precision_of=_precision)
     if ranking.best is None:
         raise no_compatible(
             f"no published engine of {model} {wanted} can run on this runner ({fp.describe()}"
             + (f"; declared runtime {spec.runtime} {spec.version or '(any version)'}" if spec else "")
             + "). Candidates:", explained(ranking.rejected, found),
-            hint="build a target for this platform/GPU/runtime, or declare the deployment machine with "
+            hint="build a target for this platform/GPU/runtime (or build it here: pull --build-on-miss --manifest M), "
+                 "or declare the deployment machine with "
                  "--platform/--gpu/--gpu-model/--runtime/--lean-runtime"
                  + (f" ({ALLOW_CPU} accepts a CPU engine for the declared GPU)" if cpu and not allow_cpu else ""))
     chosen = ranking.best.item

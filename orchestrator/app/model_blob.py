@@ -5,6 +5,7 @@ The pipeline publishes the blob of every stripped or refittable engine as it pub
 
 - ``publish_model_version(project, model)``: the model version's ONNX (the model as given, with its external data)
   published once, content-addressed; returns what an engine record points at (a no-op when it is there already);
+- ``ensure_model_version(project, model)``: that, unless it is there (``publish`` with ``registry.publish_onnx``);
 - ``fetch_model_version(store, model, version, dest)``: that ONNX back, every file checked against its digest, as a
   folder whose ``model.onnx`` loads with its ``weights.bin`` (what build-on-miss builds from);
 - ``BlobCache``: the blobs one command needs, each fetched once however many engines point at it (``pull --all``,
@@ -37,16 +38,34 @@ def publish_model_version(project: Project, model: str) -> dict[str, Any]:
     found = project.models.get(model)
     if found is None:
         raise UsageError(f"no model {model!r} in the manifests", hint=f"models: {', '.join(sorted(project.models))}")
-    manifest = next((c.manifest for c in project.graph.cells if c.model == model), "")
+    cell = next((c for c in project.graph.cells if c.model == model), None)
+    manifest = cell.manifest if cell is not None else ""
     store = plugins.open_store(project.registry)
     with tempfile.TemporaryDirectory(prefix="model-blob-") as tmp:
         blob = write_blob(Path(found.source.path), Path(tmp))
+        if cell is not None:  # the digest its engines' build keys name (external data included): build-on-miss
+            blob["onnx_digest"] = cell.key_inputs["model"]["digest"]  # checks the record against them by it
         build = {"weights": {"mode": "stripped", "stripped": True}, "blob": blob,
                  "runner": plugins.fingerprint().to_json()}
         entry = publish_blob(store, Path(tmp), build, model=found.name, version=found.version, source=BlobSource(),
                              manifest_path=manifest, git_commit=git_commit(manifest) if manifest else None)
     pointer: dict[str, Any] = dict(entry["blob"])
     return pointer
+
+
+def ensure_model_version(project: Project, model: str) -> bool:
+    """``publish_model_version`` unless the registry holds the ONNX of ``model`` at its declared version, as the
+    model the manifest keys (``registry.publish_onnx``: publish puts it beside the engines); True when published."""
+    found = project.models[model]
+    digest = next((c.key_inputs["model"]["digest"] for c in project.graph.cells if c.model == model), None)
+    try:
+        record = model_version_record(plugins.open_store(project.registry), model, found.version)
+    except ArtifactNotFoundError:
+        record = None
+    if record is not None and record.metadata["model"].get("digest") == digest:
+        return False
+    publish_model_version(project, model)
+    return True
 
 
 def model_version_record(store: Store, model: str, version: str | None = None) -> StoredArtifact:

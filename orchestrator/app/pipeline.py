@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator import plugins
 from orchestrator.app import sources
+from orchestrator.app.model_blob import ensure_model_version
 from orchestrator.app.outcomes import (  # re-exported: `plan` and `publish` render them
     LocalOutcome,
     RunRecord,
@@ -158,7 +159,9 @@ def runtime_reason(cell: Cell, fingerprint: RunnerFingerprint) -> str | None:
 
 def _model_payload(project: Project, node: Node) -> ModelPayload:
     if node.kind != "transform":
-        return ModelPayload(model=project.models[str(node.model)], caches=project.workspace.caches)
+        model = project.models[str(node.model)]
+        return ModelPayload(model=model, caches=project.workspace.caches,
+                            stands_for=project.stand_ins.get(model.source.path))
     cell = next(c for c in project.graph.cells if c.transform_node == node.id)
     tools = cell.key_inputs["transform"]["settings"].get("tools") or {}
     return ModelPayload(model=project.models[str(node.model)], caches=project.workspace.caches,
@@ -313,8 +316,13 @@ def verify_shard_runner(project: Project, the_plan: Plan, shard_id: str, fingerp
 
 
 def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only: Iterable[str] = (),
-            force: bool = False, on_event: EventFn | None = None, in_process: bool = False) -> RunSummary:
-    """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish)."""
+            force: bool = False, on_event: EventFn | None = None, in_process: bool = False,
+            built_on_device: Mapping[str, Mapping[str, Any]] | None = None) -> RunSummary:
+    """Publish built engines whose gates passed (or are pending where the manifest allows ungated publish). With
+    ``registry.publish_onnx``, each model version with an engine published puts its ONNX beside it once
+    (``app.model_blob.ensure_model_version``). ``built_on_device``: address -> what ``pull --build-on-miss``
+    records of a cell it built on a deployment (``app.heal``), kept in its record as ``built_on_device``."""
+    only = list(only)
     cells = cells_in_scope(project, the_plan, shard=shard, only=only)
     nodes = dict(project.graph.nodes)
     payloads: dict[str, PublishPayload] = {}
@@ -340,7 +348,8 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
                              if cell.calibrate_node in project.graph.nodes else None),
             gate_dirs=(dirs[0], dirs[1]), force=force, reuse_digest=reused.get(cell.address),
             gate_error=errored.get(cell.address),
-            failed_input=failed_inputs.get(cell.transform_node) if cell.transform_node else None)
+            failed_input=failed_inputs.get(cell.transform_node) if cell.transform_node else None,
+            built_on_device=(built_on_device or {}).get(cell.address))
 
     def prepare_task(node: Node) -> Prepared:
         return payloads[node.id], None
@@ -351,7 +360,17 @@ def publish(project: Project, the_plan: Plan, *, shard: str | None = None, only:
                         dir_salt=lambda node: registry_id if node.kind == "publish" else "",
                         always_run=lambda node: node.kind == "publish")
     order = [n for n in project.graph.order if n in payloads]
-    return executor.run(nodes, order, set(payloads))
+    summary = executor.run(nodes, order, set(payloads))
+    if project.registry.publish_onnx:  # the models with an engine in the registry now: landed, or up to date
+        scope = set(the_plan.shard(shard).addresses) if shard else None
+        wanted = set(only) or None
+        current = {e.address for e in the_plan.entries if e.status == "up-to-date"
+                   and (scope is None or e.address in scope) and (wanted is None or e.address in wanted)}
+        landed = {r.node.removeprefix("publish:") for r in summary.reports
+                  if r.node.startswith("publish:") and r.status in ("done", "cached")}
+        for model in sorted({project.graph.cell(a).model for a in current | landed}):
+            ensure_model_version(project, model)
+    return summary
 
 
 def no_events(event: str, node: Node, report: object) -> None:

@@ -4,8 +4,8 @@ the work directory. Everything the pipeline verbs share."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator import hardware, plugins
@@ -34,6 +34,9 @@ class Project:
     # every other path loading it read or looked for (model files and their external data, data files and
     # folders, data paths that are absent): what the start-up fast path witnesses (``orchestrator.fastpath``)
     inputs: tuple[str, ...] = ()
+    # files that stand for content they do not hash to, by path -> the digest keyed (``project_of``'s ``known``):
+    # a model version's ONNX fetched from the registry for ``pull --build-on-miss`` (``app.heal``)
+    stand_ins: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def models(self) -> dict[str, Model]:
@@ -59,14 +62,16 @@ def display_path(path: str) -> str:
 
 
 def load_manifests(paths: Sequence[str | os.PathLike[str]],
-                   capabilities: CapabilitiesFn | None = None) -> tuple[Manifest, ...]:
-    """The manifests, checked against what the installed builder plugins can do (or ``capabilities``)."""
+                   capabilities: CapabilitiesFn | None = None, *, absent_files_ok: bool = False
+                   ) -> tuple[Manifest, ...]:
+    """The manifests, checked against what the installed builder plugins can do (or ``capabilities``);
+    ``absent_files_ok``: a deployment's manifest, whose model and data files need not be here."""
     if not paths:
         raise UsageError("no manifest given", hint="orchestrate plan manifests/demo.yaml")
     return load_manifest_files([str(p) for p in paths],
                                capabilities=capabilities or plugins.builder_capabilities,
                                builder_names=plugins.names(plugins.BUILDERS), builder_slug=plugins.builder_slug,
-                               store_names=plugins.names(plugins.STORES))
+                               store_names=plugins.names(plugins.STORES), absent_files_ok=absent_files_ok)
 
 
 def registry_of(paths: Sequence[str | os.PathLike[str]]) -> RegistryConfig:
@@ -81,9 +86,13 @@ def load_project(paths: Sequence[str | os.PathLike[str]], *, cache_dir: str | os
     return project_of(sources.localize(manifests, ws.root), ws, capabilities)
 
 
-def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: CapabilitiesFn | None = None) -> Project:
+def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: CapabilitiesFn | None = None,
+               known: Mapping[str, str] | None = None) -> Project:
     """Manifests already loaded (and localized) as a project: model and data digests, the resolved graph. The
-    upgrade rehearsal resolves manifests whose targets it re-targeted this way."""
+    upgrade rehearsal resolves manifests whose targets it re-targeted this way. ``known``: path -> digest for files
+    keyed by a digest established elsewhere, never hashed here (build-on-miss: the model version's ONNX fetched from
+    the registry stands for the model its records were built from; data a deployment does not have)."""
+    known = dict(known or {})
     registries = {m.registry for m in manifests}
     if len(registries) > 1:
         raise UsageError("the manifests name different registries; plan them separately",
@@ -94,18 +103,18 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
     probed: set[str] = set()
     for man in manifests:
         for model in man.models:
-            model_digests[model.source.path] = sources.model_digest(model, cache)
+            model_digests[model.source.path] = known.get(model.source.path) or sources.model_digest(model, cache)
             # calibration data reaches build keys, parity data gate keys: both by content, never by path
             for data in (model.calibration, model.gate.parity.data):
                 for path in (data.path, data.labels) if data else ():
                     probed.add(path or "")
-                    if path and path not in data_digests and os.path.exists(path):
-                        data_digests[path] = cache.data_digest(path)
+                    if path and path not in data_digests and (path in known or os.path.exists(path)):
+                        data_digests[path] = known.get(path) or cache.data_digest(path)
         for _, gate in (*man.cell_gates, *man.rule_gates):  # a target's or a matrix rule's parity data (and labels)
             for path in (gate.parity.data.path, gate.parity.data.labels):
                 probed.add(path or "")
-                if path and path not in data_digests and os.path.exists(path):
-                    data_digests[path] = cache.data_digest(path)
+                if path and path not in data_digests and (path in known or os.path.exists(path)):
+                    data_digests[path] = known.get(path) or cache.data_digest(path)
     # refittable targets plan ``~ refit`` from each model's graph and initializer digests (core.weights)
     structures = {m.source.path: cache.model_structure(m.source.path, model_digests[m.source.path])
                   for man in manifests if any(t.weights == "refittable" for t in man.targets)
@@ -120,7 +129,7 @@ def project_of(manifests: tuple[Manifest, ...], ws: Workspace, capabilities: Cap
                                              cpu_isa=_cpu_isa(manifests)),
                     caps)
     digests = {display_path(m.file): _file_sha256(m.file) for m in manifests}
-    return Project(manifests, graph, ws, digests, tuple(sorted((probed - {""}) | cache.touched)))
+    return Project(manifests, graph, ws, digests, tuple(sorted((probed - {""}) | cache.touched)), known)
 
 
 def _cpu_isa(manifests: Sequence[Manifest]) -> tuple[str, ...] | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from orchestrator.app import deploy, triton
-from orchestrator.cli.common import console, console_err, json_option, print_json
+from orchestrator.app import deploy, heal, triton
+from orchestrator.cli.common import cache_option, console, console_err, json_option, print_json
 from orchestrator.cli.plan_cmds import one_line
 from orchestrator.cli.registry_cmds import registry_from, registry_option
-from orchestrator.errors import UsageError
+from orchestrator.errors import ExitCode, UsageError
 
 GPUS_HELP = ("The deployment's GPUs as compute capabilities, comma-separated: sm75,sm86,8.9; 'none': machines "
              "without a GPU, which also lets a CPU engine serve a listed GPU that no GPU engine serves{auto}.")
@@ -72,11 +72,24 @@ def _rejections(missing) -> None:
 @click.option("--keep-stripped", is_flag=True, help=KEEP_STRIPPED_HELP)
 @registry_option
 @click.option("--manifest", "manifest", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Use this manifest's registry.")
+              help="Use this manifest's registry (with --build-on-miss: and its recipe for the model).")
 @signature_option
+@click.option("--build-on-miss", is_flag=True,
+              help="When engines are published but none fits (exit 4 otherwise), build one here with the recipe of "
+                   "--manifest: the model version's published ONNX, its transforms and caches, the builder options "
+                   "of the nearest declared target of the same builder; gate it before writing it (exit 3 and "
+                   "nothing written when it fails). See docs/deploy.md, 'Build on miss'.")
+@click.option("--publish-back", is_flag=True,
+              help="With --build-on-miss: publish the engine built here (registry credentials needed), marked "
+                   "built_on_device, under the build key `plan` computes for a manifest declaring its target.")
+@click.option("--require-gate", is_flag=True,
+              help="With --build-on-miss: refuse (exit 1, nothing written) an engine this machine cannot gate "
+                   "(its runtime does not run here, e.g. an RTX engine for a declared --gpu on a machine without one).")
+@cache_option
 @json_option
 def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, platform_, runtime, allow_cpu,
-         lean_runtime, out, keep_stripped, registry, manifest, require_signature, as_json):
+         lean_runtime, out, keep_stripped, registry, manifest, require_signature, build_on_miss, publish_back,
+         require_gate, cache_dir, as_json):
     """Pick the published engine that can run on this platform, GPU and runtime, verify it, and write it out.
 
     With --all, fill a directory for a deployment: for every model and every GPU in --gpus, the engine `pull --gpu`
@@ -93,7 +106,20 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
     error.
 
     A weight-stripped engine is refitted from its model version's weights blob (fetched once per blob) and checked
-    against the outputs its gate recorded before it is written; --keep-stripped writes it as published."""
+    against the outputs its gate recorded before it is written; --keep-stripped writes it as published.
+
+    With --build-on-miss --manifest M, a miss (exit 4) builds the engine here instead, gates it (parity against the
+    model's reference on its published ONNX, the task metric, the benchmark, and the outputs a published engine of
+    the version recorded) and writes it only when it passed (exit 3 otherwise) or cannot be gated here (said; exit 1
+    with --require-gate); --publish-back publishes it. Two such pulls at once build once."""
+    if (publish_back or require_gate) and not build_on_miss:
+        raise UsageError("--publish-back and --require-gate go with --build-on-miss")
+    if build_on_miss:
+        return _build_on_miss(models, pull_all, manifest, dict(
+            version=version, precision=precision, profile=profile, gpu=gpu, gpu_model=gpu_model, platform=platform_,
+            runtime="auto" if runtime is None else runtime, lean_runtime=lean_runtime, allow_cpu=allow_cpu, out=out,
+            registry=registry, publish_back=publish_back, require_gate=require_gate,
+            require_signature=require_signature, cache_dir=cache_dir), keep_stripped, as_json)
     config = registry_from(registry, (manifest,) if manifest else ())
     if pull_all:
         if not gpus:
@@ -129,6 +155,10 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
                          runtime="auto" if runtime is None else runtime, out=out, platform=platform_,
                          gpu_model=gpu_model, lean_runtime=lean_runtime, allow_cpu=allow_cpu,
                          require_signature=require_signature, keep_stripped=keep_stripped)
+    _pulled(result, as_json)
+
+
+def _pulled(result, as_json: bool, extra: dict | None = None) -> None:
     meta = result.metadata
     lean = ({"version": result.lean_runtime,
              "path": str(result.lean_runtime_path) if result.lean_runtime_path else None}
@@ -138,7 +168,7 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
                     "digest": meta["engine"]["digest"], "reason": result.reason, "platform": result.platform,
                     "lean_runtime": lean, "metadata": meta, "refit": result.refit,
                     "signature": result.signature.to_json() if result.signature else None,
-                    "rejected": [c.to_json() for c in result.candidates]})
+                    "rejected": [c.to_json() for c in result.candidates], **(extra or {})})
         return
     console().print(Text.assemble(("chose", "green"), f" {one_line(str(meta['address']))} "
                                   f"{one_line(str(meta['engine']['digest']))[:19]} — {one_line(result.reason)}"))
@@ -156,6 +186,67 @@ def pull(models, pull_all, gpus, version, precision, profile, gpu, gpu_model, pl
                              f" ({one_line(str(lean['path']))})"))
     for who, why in result.rejections:
         console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
+
+
+def _build_on_miss(models, pull_all, manifest, options: dict, keep_stripped: bool, as_json: bool) -> ExitCode:
+    if pull_all or len(models) != 1:
+        raise UsageError("--build-on-miss builds one engine: pull one MODEL" if pull_all or models else
+                         "pull needs a MODEL", hint="orchestrate pull MODEL --build-on-miss --manifest M -o FILE")
+    if manifest is None:
+        raise UsageError("--build-on-miss builds with the recipe of the manifest that declares the model",
+                         hint="pass --manifest M (the manifest its engines were published from)")
+    if keep_stripped:
+        raise UsageError("--keep-stripped and --build-on-miss: an engine built here carries its weights",
+                         hint="drop --keep-stripped")
+
+    def say(text: str) -> None:
+        if not as_json:
+            console_err().print(Text(one_line(text), style="dim"), highlight=False)
+
+    result = heal.pull_or_build(models[0], manifest=manifest, say=say, **options)
+    if result.pulled is not None:
+        # nothing built: a published engine fits (perhaps the one another pull built and published while this one
+        # waited for its lock)
+        _pulled(result.pulled, as_json, {"build_on_miss": {"built": None, "waited": result.waited}})
+        return ExitCode.OK
+    code = result.exit_code()
+    if as_json:
+        print_json({"path": str(result.path) if result.path else None, "address": result.address,
+                    "digest": result.digest, "reason": result.reason, "build_on_miss": result.to_json()})
+        return code
+    gate = result.gate
+    assert gate is not None
+    word = "built" if result.built == "built" else "reused"
+    console().print(Text.assemble((word, "green"), f" {one_line(str(result.address))} "
+                                  f"{one_line(str(result.digest))[:19]} here — {one_line(result.reason)}"))
+    console().print(Text(f"  target {one_line(str(result.target.get('name')))}: "
+                         + (f"the builder options of declared target {one_line(result.nearest)}" if result.nearest
+                            else "the builder's default options (the manifest declares no target of it)")))
+    if gate.status == "failed":
+        console_err().print(Text(f"✗ gate failed: {one_line(str(result.address))}: nothing written", style="red"),
+                            highlight=False)
+        for reason in gate.reasons:
+            console_err().print(Text(f"    {one_line(reason)}"), highlight=False)
+        return code
+    recorded = gate.recorded
+    line = f"  gate {gate.status}" + (f" ({one_line(gate.pending)}): written ungated" if gate.pending else "")
+    if recorded and recorded.get("compared"):
+        line += (f"; {recorded['compared']} sample(s) of {one_line(str(recorded['against']['address']))}'s recorded "
+                 "outputs reproduced")
+    console().print(Text(line, style="yellow" if gate.status != "passed" else ""))
+    for note in gate.notes:
+        console().print(Text(f"  {one_line(note)}", style="dim"))
+    if result.path:
+        console().print(Text(f"wrote {one_line(str(result.path))} ({result.path.stat().st_size} bytes, sha256 "
+                             "verified)"))
+    if result.published is not None:
+        console().print(Text(f"published back: {one_line(result.published.location)} (built on device)"))
+    if result.held_back is not None:
+        console_err().print(Text(f"not published back: {one_line(result.held_back.text())}", style="red"),
+                            highlight=False)
+    for who, why in result.candidates:
+        console_err().print(Text(f"  not {one_line(who)}: {one_line(why)}", style="dim"), highlight=False)
+    return code
 
 
 @click.group()

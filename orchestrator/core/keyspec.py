@@ -355,6 +355,9 @@ _EXPLICIT: dict[str, KeyRule] = {
                               "benchmark baseline from the registry is checked when a verdict is reused)")
        for f in ("store", "path", "url", "insecure", "credentials.username_secret", "credentials.password_secret",
                  "credentials.read_username_secret", "credentials.read_password_secret")},
+    "registry.publish_onnx": _none("whether each model version's ONNX is published beside its engines (what "
+                                   "pull --build-on-miss builds from): a record of the model, never an input to an "
+                                   "engine or a verdict"),
     **{f"registry.signing.{f}": _none("who signs an artifact's provenance at publish and what pull requires: a "
                                       "statement about the engine, never an input to it (docs/trust.md)")
        for f in ("signer", "key", "require")},

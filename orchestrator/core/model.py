@@ -396,6 +396,9 @@ class RegistryConfig:
     insecure: bool = False
     credentials: RegistryCredentials | None = None
     signing: SigningConfig | None = None  # None: artifacts are published unsigned
+    # publish each model version's ONNX once beside its engines (a weights record of the model as given,
+    # ``core.weights``): what ``pull --build-on-miss`` builds from where no published engine fits
+    publish_onnx: bool = False
 
 
 @dataclass(frozen=True)

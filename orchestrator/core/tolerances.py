@@ -5,6 +5,7 @@ re-gates, exactly as a changed manifest override does."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -111,3 +112,29 @@ def override_layers(own: Mapping[str, Iterable[str]],
             below = [f"model:{key}" if not prefix else f"{prefix}{key}"] if key in mine else []
             out[f"{prefix}{key}"] = " < ".join(below + [f"{label}:{prefix}{key}" for label in written])
     return out
+
+
+def through_recorded(mine: ResolvedTolerance, recorded: ResolvedTolerance) -> ResolvedTolerance:
+    """The tolerance an engine is held to against another engine's recorded outputs, when each is held to its own
+    against the same reference (``pull --build-on-miss``: the recorded outputs are a published engine's, not the
+    reference's). Each bound adds as the triangle inequality allows: ``|new - rec| <= |new - ref| + |ref - rec|``
+    (atol, rtol, rel-L2 add; the share of elements out of tolerance adds; angles add, so cosines compose as
+    ``cos(acos a + acos b)``; top-k agreement loses what each side may disagree with the reference)."""
+    return ResolvedTolerance(
+        atol=mine.atol + recorded.atol, rtol=mine.rtol + recorded.rtol,
+        max_violation_fraction=min(1.0, mine.max_violation_fraction + recorded.max_violation_fraction),
+        min_cosine=_compose_cosine(mine.min_cosine, recorded.min_cosine),
+        max_rel_l2=(mine.max_rel_l2 + recorded.max_rel_l2
+                    if mine.max_rel_l2 is not None and recorded.max_rel_l2 is not None else None),
+        topk=mine.topk,
+        min_topk_agreement=(max(0.0, mine.min_topk_agreement + recorded.min_topk_agreement - 1.0)
+                            if mine.min_topk_agreement is not None and recorded.min_topk_agreement is not None
+                            else None),
+        source=f"{mine.source} + recorded {recorded.source}")
+
+
+def _compose_cosine(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    angle = math.acos(max(-1.0, min(1.0, a))) + math.acos(max(-1.0, min(1.0, b)))
+    return math.cos(angle) if angle < math.pi else -1.0

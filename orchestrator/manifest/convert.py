@@ -541,7 +541,8 @@ def _registry(raw: dict, manifest_file: str, findings: list[Finding]) -> Registr
                                     "GHCR needs no credentials (the workflow uses GITHUB_TOKEN); name your own "
                                     "secret otherwise, e.g. REGISTRY_TOKEN"))
     return RegistryConfig(store=store, path=path, url=raw.get("url"), insecure=raw.get("insecure", False),
-                          credentials=credentials, signing=_signing(raw.get("signing"), base_dir, findings))
+                          credentials=credentials, signing=_signing(raw.get("signing"), base_dir, findings),
+                          publish_onnx=bool(raw.get("publish_onnx", False)))
 
 
 def _signing(raw: dict | None, base_dir: str, findings: list[Finding]) -> SigningConfig | None:

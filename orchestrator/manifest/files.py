@@ -2,6 +2,11 @@
 model, its sha256 pin, its external data), data paths (calibration and parity data, labels: a regular file or a
 folder of regular files) and what reading them needs (Pillow for a folder of calibration images).
 
+``absent=True`` (a deployment's copy of a manifest, read by ``pull --build-on-miss``): a file that does not exist here
+is no finding. Such a deployment builds from the model version's ONNX published in the registry and takes the
+digests of data it does not have from the published records (``orchestrator.app.heal``); a file that is there is
+checked as always.
+
 Everything ``plan`` later reads (model and data digests) is checked here first, so a problem with one becomes a
 finding at the line that names the file, never an error without a place. Only typed models are checked; a model
 fetched from a url is checked by build and gate, which fetch it.
@@ -31,17 +36,21 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-def file_findings(models: Sequence[Model | None], own_gates: Sequence[tuple[Path, GateSettings]] = ()
-                  ) -> tuple[list[Finding], list[ModelFile | None]]:
+def file_findings(models: Sequence[Model | None], own_gates: Sequence[tuple[Path, GateSettings]] = (), *,
+                  absent: bool = False) -> tuple[list[Finding], list[ModelFile | None]]:
     """Findings about the files of typed models and of targets' and matrix rules' own gates, and what each model
-    file holds (None where it could not be read, or the model comes from a url)."""
+    file holds (None where it could not be read, or the model comes from a url). ``absent``: files that do not
+    exist are passed over (see the module doc)."""
     out: list[Finding] = []
     files: list[ModelFile | None] = []
     for i, model in enumerate(models):
-        files.append(_model_file(model, ("models", i, "source"), out) if model is not None else None)
+        here = model is not None and not (absent and model.source.url is None
+                                          and not os.path.lexists(model.source.path))
+        files.append(_model_file(model, ("models", i, "source"), out) if model is not None and here else None)
         if model is None:
             continue
-        if model.calibration is not None and model.calibration.path is not None:
+        if model.calibration is not None and model.calibration.path is not None \
+                and not (absent and not os.path.lexists(model.calibration.path)):
             cpath: Path = ("models", i, "calibration", "path")
             found = _data_path(cpath, model.calibration.path)
             out += found or _calibration_reader(cpath, model.calibration.path)
@@ -50,9 +59,9 @@ def file_findings(models: Sequence[Model | None], own_gates: Sequence[tuple[Path
         if unlabelled:
             out.append(Finding(gpath + ("parity", "data", "labels"), "labels need the images they label",
                                "set gate.parity.data.path to the image folder the labels name"))
-        out += _gate_files(gpath, model.gate, labels=not unlabelled)
+        out += _gate_files(gpath, model.gate, labels=not unlabelled, absent=absent)
     for gpath, gate in own_gates:  # a target's or a matrix rule's own parity data and labels
-        out += _gate_files(gpath, gate)
+        out += _gate_files(gpath, gate, absent=absent)
     return out, files
 
 
@@ -132,10 +141,11 @@ def _calibration_reader(path: Path, data: str) -> list[Finding]:
     return []
 
 
-def _gate_files(path: Path, gate: GateSettings, *, labels: bool = True) -> list[Finding]:
+def _gate_files(path: Path, gate: GateSettings, *, labels: bool = True, absent: bool = False) -> list[Finding]:
     data = gate.parity.data
-    out = _data_path(path + ("parity", "data", "path"), data.path)
-    if labels and data.labels is not None:
+    out = [] if absent and data.path is not None and not os.path.lexists(data.path) else \
+        _data_path(path + ("parity", "data", "path"), data.path)
+    if labels and data.labels is not None and not (absent and not os.path.lexists(data.labels)):
         out += _data_path(path + ("parity", "data", "labels"), data.labels, what="labels file",
                           hint="a JSON object (image name -> class or text), a name<TAB>label text file, a COCO "
                                "instances JSON or a folder of YOLO .txt labels")

@@ -181,7 +181,8 @@ def _names(data: dict, section: str) -> list[str | None]:
 
 
 def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_names: Sequence[str],
-             builder_slug: SlugFn | None = None, store_names: Sequence[str] | None = None) -> LoadedManifest:
+             builder_slug: SlugFn | None = None, store_names: Sequence[str] | None = None,
+             absent_files_ok: bool = False) -> LoadedManifest:
     file = os.path.abspath(os.fspath(path))
     shown = _display_name(file)
     try:
@@ -213,7 +214,7 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
         converted.models = _with_where(converted.models, source, shown)
         redirects = converted.redirects
         findings += converted.findings
-        on_disk, model_files = file_findings(converted.models, converted.own_gates)
+        on_disk, model_files = file_findings(converted.models, converted.own_gates, absent=absent_files_ok)
         findings += check(CheckInput(converted.models, converted.targets, _names(data, "models"),
                                      _names(data, "targets"), converted.include, converted.exclude, model_files),
                           capabilities=capabilities, builder_names=builder_names)
@@ -254,9 +255,9 @@ def load_one(path: str | os.PathLike, *, capabilities: CapabilitiesFn, builder_n
 
 def load_all(paths: Iterable[str | os.PathLike], *, capabilities: CapabilitiesFn,
              builder_names: Sequence[str], builder_slug: SlugFn | None = None,
-             store_names: Sequence[str] | None = None) -> tuple[Manifest, ...]:
+             store_names: Sequence[str] | None = None, absent_files_ok: bool = False) -> tuple[Manifest, ...]:
     loaded = [load_one(p, capabilities=capabilities, builder_names=builder_names, builder_slug=builder_slug,
-                       store_names=store_names) for p in paths]
+                       store_names=store_names, absent_files_ok=absent_files_ok) for p in paths]
     problems = [p for one in loaded for p in one.problems]
     first: dict[tuple[str, str], Problem] = {}
     for one in loaded:

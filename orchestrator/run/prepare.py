@@ -30,6 +30,10 @@ class ModelPayload:
     caches: Path  # the workspace's caches dir (the digest cache sits beside it)
     precision: PrecisionSpec | None = None  # transform/calibrate nodes: the precision they produce
     tools: tuple[tuple[str, str], ...] = ()  # transform nodes: the tool versions their key names
+    # the model digest this file stands for without hashing to it: a model version's ONNX fetched from the registry
+    # (its files checked against their record there) for ``pull --build-on-miss``, keyed by the digest of the model
+    # the version's records were built from (None: the file is the model the plan hashed)
+    stands_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ def step_prepare(task: StepTask) -> StepOutcome:
         read_model_file(path)
     except ModelFileError as e:
         raise BuildError(f"model file {e.message}: {path}", node=task.node.id, hint=e.hint) from None
+    if payload.stands_for is not None and payload.stands_for == task.node.key:
+        return StepOutcome(data={"digest": task.node.key, "path": path, "stand_in": True})
     # the plan's stat-keyed digest cache: an unchanged model is not read again, a changed one is re-hashed
     digest = DigestCache.open(payload.caches.parent / "digests.json").model_digest(path)
     if digest != task.node.key:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ class PublishPayload:
     reuse_digest: str | None = None
     # why a gate of this cell errored on its last run here (it could not judge the engine), when it has no verdict
     gate_error: str | None = None
+    # an engine ``pull --build-on-miss`` built on a deployment: what it records of that (``app.heal``), kept in the
+    # record as ``built_on_device`` (None: built by the pipeline)
+    built_on_device: Mapping[str, Any] | None = None
 
 
 def git_commit(path: str) -> str | None:
@@ -300,6 +304,8 @@ def step_publish(task: StepTask) -> StepOutcome:
         git_commit=git_commit(manifest_path), started_on=utc_now(), finished_on=utc_now(),
         calibration_digest=calib, platform_specific=payload.platform_specific, caches=caches, io=build.get("io"),
         weights=weights)
+    if payload.built_on_device is not None:
+        meta["built_on_device"] = dict(payload.built_on_device)
     signed = sign_statement(meta, payload.registry, task.out_dir)  # registry.signing (docs/trust.md)
     if signed is not None:
         attachments += (signed.attachment,)

@@ -347,7 +347,7 @@ matrix:
         allow_ungated_publish: false
         require_gpu_parity: [fp16]
     - {{model: seg, target: l4, gate: {{parity: {{data: {{seed: 11}}}}}}}}   # random parity data: the seed matters
-registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true,
+registry: {{store: oci, url: "registry.example:5000/engines", path: ../artifacts, insecure: true, publish_onnx: true,
            credentials: {{username_secret: REGISTRY_USER, password_secret: REGISTRY_TOKEN,
                           read_username_secret: REGISTRY_READER, read_password_secret: REGISTRY_READ_TOKEN}},
            signing: {{signer: ed25519, key: "env:ORCH_SIGNING_KEY", require: "env:ORCH_SIGNING_PUB"}}}}

@@ -218,6 +218,15 @@ def render_record(meta: Mapping[str, Any], console: Console, clean: Callable[[st
     if isinstance(reused, Mapping):
         lines.append(("reused", f"the engine and verdicts of version {reused.get('model_version')} (record "
                                 f"{str(reused.get('record_key'))[:12]})"))
+    device = meta.get("built_on_device")
+    if isinstance(device, Mapping):  # pull --build-on-miss built it on a deployment (docs/deploy.md)
+        runner = device.get("runner")
+        nearest = device.get("nearest_target")
+        lines.append(("built on", f"a deployment ({runner_text(runner) if isinstance(runner, Mapping) else '?'}) by "
+                                  f"{device.get('by')}, with "
+                                  + (f"the builder options of declared target {nearest}" if nearest
+                                     else "the builder's default options")
+                                  + f"; gate {(device.get('gate') or {}).get('status')} there"))
     lines += _caches_lines(meta) + _weights_lines(meta)
     lines += [("caveat", c) for c in gates.get("caveats") or ()]  # what the verdicts do not show (issue 23.16)
     for label, value in lines:

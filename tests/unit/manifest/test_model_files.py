@@ -16,8 +16,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from orchestrator.errors import ManifestError
+from orchestrator.manifest import load_manifest
 from orchestrator.manifest.model_file import ModelFileError, read_model_file
 
+from . import fakes
 from .conftest import tiny_model
 
 REPO = Path(__file__).parents[3]
@@ -290,3 +292,26 @@ def test_min_quantized_share_only_on_quantized_precisions(load):
     assert (p.path, p.message) == ("models[0].precisions[1].min_quantized_share",
                                    "fp16 quantizes nothing: min_quantized_share is for the int8 and fp8 Q/DQ "
                                    "transforms")
+
+
+def test_a_deployments_copy_needs_none_of_its_files_and_a_file_that_is_there_is_still_checked(repo_root):
+    """``absent_files_ok`` (``pull --build-on-miss``, issue 26.1): the model, calibration and parity data files
+    need not exist where the manifest is read; one that exists is checked as always (a text file is no model)."""
+    gone = "    calibration: {path: ../data/gone}\n    gate: {parity: {data: {path: ../data/gone-too}}}\n"
+    path = repo_root / "manifests" / "deployed.yaml"
+    path.write_text(manifest("../models/gone.onnx", model=gone, precisions="[fp32, int8]"), encoding="utf-8")
+
+    def load(**kw):
+        return load_manifest(path, capabilities=fakes.capabilities, builder_names=fakes.BUILDER_NAMES,
+                             builder_slug=fakes.slug, **kw)
+
+    with pytest.raises(ManifestError) as info:
+        load()
+    assert {p.message.split(":")[0] for p in info.value.problems} == {"model file not found", "data path not found"}
+    loaded = load(absent_files_ok=True)
+    assert loaded.models[0].source.path.endswith("gone.onnx")
+    (repo_root / "models" / "text.onnx").write_text("not a model\n")
+    path.write_text(manifest("../models/text.onnx", model=gone, precisions="[fp32, int8]"), encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        load(absent_files_ok=True)
+    assert [p.path for p in info.value.problems] == ["models[0].source.path"]
