@@ -43,7 +43,8 @@ from orchestrator.digests import hash_file
 from orchestrator.errors import GateError, IntegrityError, OrchestratorError
 from orchestrator.gates.drift import load_outputs
 from orchestrator.gates.refit_check import check_refitted
-from orchestrator.run.executor import NodeReport, RunSummary, read_result
+from orchestrator.run.executor import NodeReport, RunSummary
+from orchestrator.run.workspace import read_result
 
 Status = Literal["passed", "failed", "pending", "skipped"]
 

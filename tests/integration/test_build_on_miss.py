@@ -41,7 +41,7 @@ from orchestrator.app.heal_gate import recorded_check
 from orchestrator.app.project import load_manifests
 from orchestrator.core.model import RegistryConfig
 from orchestrator.plugins import fingerprint, open_store
-from orchestrator.run.executor import read_result
+from orchestrator.run.workspace import read_result
 from tests.integration.conftest import REPO, orchestrate, run_json
 from tests.integration.registry_server import RegistryServer, require_binary
 from tests.weights_models import mlp, perturbed_copy
