@@ -43,6 +43,13 @@ def own_process() -> None:
     _PROCESS["owned"] = True
 
 
+def release_process() -> None:
+    """``main`` is done: an in-process caller (a test calling ``main``) goes on with its own GC state and nothing
+    recorded after it."""
+    _PROCESS["owned"] = False
+    _PROCESS["recorder"] = None
+
+
 def set_recorder(recorder: fastpath.Recorder) -> None:
     _PROCESS["recorder"] = recorder
 

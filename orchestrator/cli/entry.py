@@ -16,7 +16,14 @@ import sys
 import click
 
 from orchestrator import fastpath
-from orchestrator.cli.common import console_err, emit_json_error, finish_recording, own_process, set_recorder
+from orchestrator.cli.common import (
+    console_err,
+    emit_json_error,
+    finish_recording,
+    own_process,
+    release_process,
+    set_recorder,
+)
 from orchestrator.errors import ExitCode, ManifestError, OrchestratorError
 
 # command -> "module:attribute"
@@ -88,7 +95,13 @@ def main(argv: list[str] | None = None) -> None:
     """The one catch site: a command returns an ``ExitCode`` (or None for OK); our errors carry theirs. A command
     the fast path answers (``fastpath.COMMANDS``) is recorded: when it says what it read, its answer is kept."""
     own_process()
-    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        _run(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        release_process()
+
+
+def _run(args: list[str]) -> None:
     if args and args[0] in fastpath.COMMANDS:
         set_recorder(fastpath.Recorder(args))
     try:

@@ -35,4 +35,22 @@ def test_an_in_process_caller_keeps_its_gc():
     with common.long_lived():
         assert not gc.isenabled()
         made = [[i] for i in range(1000)]
-    assert gc.isenabled() and gc.get_freeze_count() == frozen and made
+    # objects frozen earlier in this process may die meanwhile: what counts is that these 1,000 were not frozen
+    assert gc.isenabled() and gc.get_freeze_count() - frozen < len(made) // 2
+
+
+def test_main_called_in_process_leaves_the_caller_its_gc(tmp_path, monkeypatch):
+    """A test (or a script) that calls ``main`` in-process goes on afterwards: later commands of that process are
+    not treated as the process's own (nothing frozen), whatever way ``main`` ended."""
+    monkeypatch.setenv("ORCHESTRATE_CACHE", str(tmp_path / "cache"))
+    from orchestrator.cli import main
+
+    for argv in (["plan", str(write_demo_copy(tmp_path))], ["plan", str(tmp_path / "missing.yaml")]):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+        frozen = gc.get_freeze_count()
+        with common.long_lived():
+            made = [[i] for i in range(1000)]
+        assert gc.get_freeze_count() - frozen < len(made) // 2 and common.recording() is None
