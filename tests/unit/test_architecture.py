@@ -78,3 +78,22 @@ def test_the_scans_find_what_they_look_for():
     assert plugin_names_in(planted) == [(9, "tensorrt"), (9, "oci")]
     assert own_imports_in_functions(planted) == [(7, "orchestrator"), (8, ".")]
     assert _sources(*PLUGIN_FREE), "the plugin-free folders moved: update PLUGIN_FREE"
+
+
+_SKIP_DIRS = {".git", ".venv", ".cache", ".orchestrate", "node_modules", "artifacts", "__pycache__", ".gpu", ".whl"}
+_NEEDLES = ("shared" + "/reference", "../" + "shared/")  # spelt apart so this file does not name them
+_TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".j2", ".json", ".txt", ".cfg"}
+
+
+def test_nothing_cites_a_folder_beside_the_repository():
+    """The repository stands alone (issue 23.25): code, docs, tests and bench notes cite public sources, never the
+    reference folder a development machine has beside the checkout, which a clone does not."""
+    offending = []
+    for path in REPO.rglob("*"):
+        rel = path.relative_to(REPO)
+        if any(part in _SKIP_DIRS for part in rel.parts) or path.suffix not in _TEXT or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if any(needle in text for needle in _NEEDLES):
+            offending.append(str(rel))
+    assert offending == [], offending
