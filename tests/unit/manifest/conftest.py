@@ -39,7 +39,10 @@ def repo_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def digests(repo_root) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (repo_root / "models").iterdir()}
+    # regular files only: tests add folders (and must never add FIFOs, which would block a read) to this session's
+    # models folder
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (repo_root / "models").iterdir()
+            if p.is_file()}
 
 
 @pytest.fixture

@@ -100,8 +100,10 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
-def test_a_model_path_that_names_no_onnx_model_is_refused_with_the_reason(load, repo_root, kind):
-    path = _hostile(kind, repo_root / "models")
+def test_a_model_path_that_names_no_onnx_model_is_refused_with_the_reason(load, tmp_path, kind):
+    # not in the session's shared models folder: the `digests` fixture reads every file there, and would block on
+    # the FIFO for good
+    path = _hostile(kind, tmp_path)
     (p,) = problems(load, manifest(path))
     assert p.path == "models[0].source.path" and (p.line, p.column) == (5, 20)
     assert p.message == f"{HOSTILE[kind]}: {path}"
