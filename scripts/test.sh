@@ -26,4 +26,6 @@ if [ -f scripts/install-ci-tools.sh ]; then bash scripts/install-ci-tools.sh; fi
 bash scripts/check.sh
 # In parallel, one pytest-xdist worker per CPU; each test module runs whole on one worker (its module-scoped engines are
 # built once) and the demo is built and gated once for all workers (tests/integration/conftest.py).
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto --dist loadscope "$@"
+# A test that hangs (a blocked read, a lost subprocess) fails after 30 minutes with its stack instead of stalling the run;
+# the slowest setups (the demo built and gated once for every worker) take a few minutes.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto --dist loadscope --timeout 1800 "$@"
